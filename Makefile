@@ -1,0 +1,34 @@
+# Two commands: `make demo` (set-up + the service end to end on the local stack) and
+# `make test` (set-up + the whole suite). Both are idempotent; set-up is skipped when done.
+VENV := .venv
+PY := $(VENV)/bin/python
+CLI := $(VENV)/bin/cdc-enrich
+export PYSPARK_PYTHON := $(abspath $(PY))
+export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
+
+.PHONY: setup demo test test-slow bench stack-up stack-down clean
+
+setup:
+	@bash tools/setup.sh
+
+demo: setup
+	@$(CLI) demo
+
+test: setup
+	@$(PY) -m pytest -q tests
+
+test-slow: setup
+	@$(PY) -m pytest -q -m "slow" tests
+
+bench: setup
+	@$(CLI) bench all
+
+stack-up: setup
+	@$(CLI) stack up
+
+stack-down: setup
+	@$(CLI) stack down
+
+clean:
+	-@$(CLI) stack down 2>/dev/null
+	rm -rf .lake spark-warehouse metastore_db

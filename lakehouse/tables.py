@@ -1,0 +1,168 @@
+"""The layout of every table the service keeps: the contract between bronze, silver and gold.
+
+Each layer's columns are fixed here, derived from a source's declaration, so the stages can
+be built, tested and evolved independently. Metadata columns start with an underscore so
+they never clash with a source's own columns.
+
+Sequence: one comparable `decimal(38,0)` per change, built from the source's rule
+(see `lakehouse.sequence`). Per key, the greatest sequence is current; equal means duplicate.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql.types import (
+    BinaryType,
+    BooleanType,
+    DataType,
+    DecimalType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+    _parse_datatype_string,
+)
+
+from lakehouse.config import Pipeline, Source
+
+SEQUENCE_TYPE = DecimalType(38, 0)
+
+
+def spark_type(type_name: str) -> DataType:
+    """The Spark type of a declared column type (`bigint`, `decimal(10,2)`, ...)."""
+    return _parse_datatype_string(type_name)
+
+
+def row_struct(source: Source) -> StructType:
+    """A typed row of the source: every declared column, nullable (Debezium may omit any)."""
+    return StructType([StructField(c.name, spark_type(c.type), True) for c in source.columns])
+
+
+def key_struct(source: Source) -> StructType:
+    return StructType([StructField(k, spark_type(source.column(k).type), True) for k in source.primary_key])
+
+
+def bronze_schema(source: Source) -> StructType:
+    """bronze.<source>: append-only, one row per Kafka record that parsed and validated.
+
+    `_op` is Debezium's op (`r`, `c`, `u`, `d`, `t`), or `tombstone` for the null-valued
+    record that follows a delete (kept as a delete marker; it carries no sequence of its own).
+    `_key` is the parsed Kafka key; `_before`/`_after` the typed row images.
+    """
+    return StructType(
+        [
+            StructField("_topic", StringType(), False),
+            StructField("_partition", IntegerType(), False),
+            StructField("_offset", LongType(), False),
+            StructField("_kafka_ts", TimestampType(), True),
+            StructField("_raw_key", BinaryType(), True),
+            StructField("_raw_value", BinaryType(), True),
+            StructField("_op", StringType(), False),
+            StructField("_key", key_struct(source), True),
+            StructField("_before", row_struct(source), True),
+            StructField("_after", row_struct(source), True),
+            StructField("_source_ts_ms", LongType(), True),
+            StructField("_source_lsn", LongType(), True),
+            StructField("_source_tx_id", LongType(), True),
+            StructField("_source_snapshot", StringType(), True),
+            StructField("_source_file", StringType(), True),
+            StructField("_source_pos", LongType(), True),
+            StructField("_source_row", IntegerType(), True),
+            StructField("_event_ts_ms", LongType(), True),
+            StructField("_unavailable_columns", StringType(), True),  # comma list of TOAST placeholders
+            StructField("_sequence", SEQUENCE_TYPE, True),
+            StructField("_ingested_at", TimestampType(), False),
+        ]
+    )
+
+
+def quarantine_schema() -> StructType:
+    """bronze._quarantine: every Kafka record that could not be parsed or validated."""
+    return StructType(
+        [
+            StructField("source", StringType(), True),
+            StructField("topic", StringType(), False),
+            StructField("partition", IntegerType(), False),
+            StructField("offset", LongType(), False),
+            StructField("kafka_ts", TimestampType(), True),
+            StructField("raw_key", BinaryType(), True),
+            StructField("raw_value", BinaryType(), True),
+            StructField("reason", StringType(), False),
+            StructField("quarantined_at", TimestampType(), False),
+        ]
+    )
+
+
+def silver_current_schema(source: Source) -> StructType:
+    """silver.<source>: one row per primary key ever seen, the latest by sequence.
+
+    A deleted key keeps a row with `_deleted = true` (payload columns null) so that a late
+    older change can never resurrect it: the cost is one small row per deleted key, with no
+    retention window to tune. Readers select `WHERE NOT _deleted` (the `<source>_live` view).
+    """
+    return StructType(
+        [StructField(c.name, spark_type(c.type), True) for c in source.columns]
+        + [
+            StructField("_row_hash", StringType(), True),
+            StructField("_sequence", SEQUENCE_TYPE, False),
+            StructField("_source_ts", TimestampType(), True),
+            StructField("_op", StringType(), False),
+            StructField("_deleted", BooleanType(), False),
+            StructField("_updated_at", TimestampType(), False),
+        ]
+    )
+
+
+def silver_history_schema(source: Source) -> StructType:
+    """silver.<source>_history: every version per key, [valid_from, valid_to) in source time.
+
+    A delete is a version with `_deleted = true`; it closes the previous interval. The last
+    version of a key has `_valid_to` null. `_valid_to_sequence` is the next version's sequence.
+    """
+    return StructType(
+        [StructField(c.name, spark_type(c.type), True) for c in source.columns]
+        + [
+            StructField("_row_hash", StringType(), True),
+            StructField("_sequence", SEQUENCE_TYPE, False),
+            StructField("_op", StringType(), False),
+            StructField("_deleted", BooleanType(), False),
+            StructField("_valid_from", TimestampType(), True),
+            StructField("_valid_to", TimestampType(), True),
+            StructField("_valid_to_sequence", SEQUENCE_TYPE, True),
+            StructField("_recorded_at", TimestampType(), False),
+        ]
+    )
+
+
+def bronze_table(pipeline: Pipeline, source: Source) -> str:
+    return pipeline.tables.qualified("bronze", source.name)
+
+
+def quarantine_table(pipeline: Pipeline) -> str:
+    return pipeline.tables.qualified("bronze", "_quarantine")
+
+
+def silver_current_table(pipeline: Pipeline, source: Source) -> str:
+    return pipeline.tables.qualified("silver", source.name)
+
+
+def silver_history_table(pipeline: Pipeline, source: Source) -> str:
+    return pipeline.tables.qualified("silver", f"{source.name}_history")
+
+
+def late_changes_table(pipeline: Pipeline) -> str:
+    """silver._late_changes: changes that arrived later than the declared grace (counted, kept)."""
+    return pipeline.tables.qualified("silver", "_late_changes")
+
+
+def subscription_table(pipeline: Pipeline, source: Source, foreign_key: str) -> str:
+    return pipeline.tables.qualified("silver", f"_sub_{source.name}__{foreign_key}")
+
+
+def gold_table(pipeline: Pipeline, view_name: str) -> str:
+    return pipeline.tables.qualified("gold", view_name)
+
+
+def quality_results_table(pipeline: Pipeline) -> str:
+    return pipeline.tables.qualified("quality", "expectation_results")

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Idempotent set-up: a venv inside the repo and the JVM jars from Maven Central, each redone
+# only when its inputs change (stamp files hold a hash of the inputs).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+PY=${PYTHON:-python3}
+mkdir -p .cache
+
+hash_of() { cat "$@" | sha256sum | cut -c1-16; }
+
+# 1. Python: .venv with the pinned packages and this project (editable).
+py_stamp=".cache/venv.$(hash_of pyproject.toml)"
+if [ ! -f "$py_stamp" ] || [ ! -x .venv/bin/python ]; then
+  echo "setup: creating .venv and installing Python packages (pinned in pyproject.toml)"
+  [ -x .venv/bin/python ] || "$PY" -m venv .venv
+  .venv/bin/pip install -q --disable-pip-version-check --upgrade pip
+  .venv/bin/pip install -q --disable-pip-version-check -e ".[dev]"
+  rm -f .cache/venv.*; touch "$py_stamp"
+fi
+
+# 2. JVM jars: resolved by Maven into a staging folder, then only what pyspark lacks is kept
+#    (the pyspark wheel already ships Hadoop, Parquet, Jackson, Scala; two copies would clash).
+resolve() {  # $1 = kind (spark|kafka)
+  local kind=$1 pom=tools/jvm/$1/pom.xml out=.cache/jars/$1
+  local stamp=".cache/jars.$kind.$(hash_of "$pom" tools/setup.sh)"
+  if [ -f "$stamp" ] && ls "$out"/*.jar >/dev/null 2>&1; then return; fi
+  command -v mvn >/dev/null || { echo "setup: Maven (mvn) is required to fetch jars from Maven Central" >&2; exit 1; }
+  command -v java >/dev/null || { echo "setup: Java 17+ is required (apt-get install openjdk-17-jre-headless)" >&2; exit 1; }
+  echo "setup: resolving $kind jars from Maven Central"
+  local stage=.cache/jars/$kind.staging
+  rm -rf "$stage" "$out"; mkdir -p "$stage" "$out"
+  mvn -q -B -f "$pom" dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$ROOT/$stage"
+  if [ "$kind" = spark ]; then
+    local have; have=$(.venv/bin/python -c 'import pyspark,os;print(os.path.join(os.path.dirname(pyspark.__file__),"jars"))')
+    for j in "$stage"/*.jar; do
+      local name; name=$(basename "$j" | sed -E 's/-[0-9][0-9A-Za-z.\-]*\.jar$//')
+      case "$name" in jackson-*) continue ;; esac
+      ls "$have" | sed -E 's/-[0-9][0-9A-Za-z.\-]*\.jar$//' | grep -qx "$name" || cp "$j" "$out/"
+    done
+  else
+    cp "$stage"/*.jar "$out/"
+  fi
+  rm -rf "$stage"; rm -f .cache/jars."$kind".*; touch "$stamp"
+}
+resolve spark
+resolve kafka
