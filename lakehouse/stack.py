@@ -57,7 +57,10 @@ class BrokerStatus:
     def describe(self) -> str:
         """One line for the CLI: is it up, where to connect, where to look when it is not."""
         if self.running:
-            return f"Kafka broker running (pid {self.pid}) at {self.bootstrap}; data {self.data_dir}; log {self.log_file}"
+            return (
+                f"Kafka broker running (pid {self.pid}) at {self.bootstrap}; "
+                f"data {self.data_dir}; log {self.log_file}"
+            )
         return f"Kafka broker not running (configured for {self.bootstrap}); log {self.log_file}"
 
 
