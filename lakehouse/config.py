@@ -407,6 +407,7 @@ def _source(name: str, raw: Any, kafka: KafkaSettings, problems: _Problems) -> S
         return None
     _unknown_keys(values, _SOURCE_FIELDS, path, problems)
     columns: list[Column] = []
+    declared: set[str] = set()  # names with a bad type still count, so one mistake reports once
     raw_columns = values.get("columns")
     if not isinstance(raw_columns, dict) or not raw_columns:
         problems.add(_join(path, "columns"), f"expected a mapping of column name to type, got {_kind(raw_columns)}")
@@ -415,9 +416,11 @@ def _source(name: str, raw: Any, kafka: KafkaSettings, problems: _Problems) -> S
             col_path = f"{path}.columns.{col_name}"
             ident = _identifier(col_name, col_path, problems, "column name")
             typ = _column_type(col_type, col_path, problems)
+            if ident:
+                declared.add(ident)
             if ident and typ:
                 columns.append(Column(ident, typ))
-    known = {c.name for c in columns}
+    known = declared
     if "primary_key" not in values:
         problems.add(_join(path, "primary_key"), "missing: every source needs its primary key columns, e.g. [id]")
         primary_key: tuple[str, ...] = ()
