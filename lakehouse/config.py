@@ -7,8 +7,9 @@ job starts (a bad file must never be discovered by a half-run stream).
 
 from __future__ import annotations
 
+import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
@@ -581,13 +582,23 @@ def _view_join(path: str, raw: Any, alias_tables: dict[str, str], sources: dict[
 
 
 def load_pipeline(path: str | Path) -> Pipeline:
-    """Read and validate a pipeline file; raise PipelineConfigError listing every problem."""
+    """Read and validate a pipeline file; raise PipelineConfigError listing every problem.
+
+    `CDC_ENRICH_CATALOG`, when set, replaces `tables.catalog`: one file serves a local lake and
+    each Unity Catalog target of the bundle.
+    """
     file = Path(path)
     try:
         text = file.read_text(encoding="utf-8")
     except OSError as exc:
         raise PipelineConfigError(f"{file}: cannot read the pipeline file ({exc.strerror}); pass --pipeline with a valid path") from None
-    return parse_pipeline(text, filename=str(file))
+    pipeline = parse_pipeline(text, filename=str(file))
+    catalog = os.environ.get("CDC_ENRICH_CATALOG")
+    if catalog:
+        if not IDENTIFIER.match(catalog):
+            raise PipelineConfigError(f"CDC_ENRICH_CATALOG={catalog!r} is not a plain catalog name")
+        pipeline = replace(pipeline, tables=replace(pipeline.tables, catalog=catalog))
+    return pipeline
 
 
 def parse_pipeline(text: str, filename: str = "<pipeline>") -> Pipeline:
