@@ -17,6 +17,8 @@ from lakehouse.config import Pipeline
 from lakehouse.errors import SetupError
 from lakehouse.paths import jars, lake_root
 
+LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
+
 
 def get_spark(lake: str | os.PathLike[str] | None = None, app_name: str = "cdc-enrich", ui: bool = False) -> SparkSession:
     """Return the active session if there is one (Databricks, tests), else build a local one."""
@@ -33,6 +35,7 @@ def build_local_spark(lake: Path, app_name: str = "cdc-enrich", ui: bool = False
         raise SetupError("Delta and Kafka jars are missing from .cache/jars/spark; run `make setup` first")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # local mode: never bind a public interface
     lake.mkdir(parents=True, exist_ok=True)
     warehouse = lake / "warehouse"
     metastore = lake / "metastore_db"
@@ -45,8 +48,11 @@ def build_local_spark(lake: Path, app_name: str = "cdc-enrich", ui: bool = False
         .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
         .config("spark.sql.warehouse.dir", str(warehouse))
         .config("spark.sql.catalogImplementation", "hive" if _has_hive() else "in-memory")
-        .config("javax.jdo.option.ConnectionURL", f"jdbc:derby:;databaseName={metastore};create=true")
-        .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={lake} -Duser.timezone=UTC")
+        .config("spark.hadoop.javax.jdo.option.ConnectionURL", f"jdbc:derby:;databaseName={metastore};create=true")
+        .config(
+            "spark.driver.extraJavaOptions",
+            f"-Dderby.system.home={lake} -Duser.timezone=UTC -Dlog4j2.configurationFile={LOG_CONFIG}",
+        )
         .config("spark.executor.extraJavaOptions", "-Duser.timezone=UTC")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.shuffle.partitions", "4")
