@@ -45,3 +45,21 @@ resolve() {  # $1 = kind (spark|kafka)
 }
 resolve spark
 resolve kafka
+resolve connect
+
+# 3. PostgreSQL server binaries, for the end-to-end test against a real database and Debezium
+#    (lakehouse/postgres.py runs its own cluster under the lake; no system service is used).
+if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+  if [ "$(id -u)" != 0 ]; then
+    echo "setup: PostgreSQL server binaries are missing (/usr/lib/postgresql/*/bin/initdb) and installing them needs root:" >&2
+    echo "setup:   sudo apt-get update && sudo apt-get install -y postgresql   (then run make setup again)" >&2
+    exit 1
+  fi
+  command -v apt-get >/dev/null || { echo "setup: PostgreSQL is missing and apt-get is not available: install the PostgreSQL server (initdb, postgres) and set CDC_ENRICH_PG_BIN to its bin directory" >&2; exit 1; }
+  echo "setup: installing PostgreSQL from Debian's packages: apt-get update && apt-get install -y postgresql"
+  echo "setup:   (postgresql-common first, told not to create and start a default 'main' cluster)"
+  apt-get update -q
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql-common
+  sed -ri 's/^#?\s*create_main_cluster\s*=.*/create_main_cluster = false/' /etc/postgresql-common/createcluster.conf
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql
+fi

@@ -1,0 +1,86 @@
+"""Job: Debezium topics -> bronze Delta tables (exactly-once, malformed records to quarantine).
+
+Thin on purpose: parse arguments, load and validate the pipeline file, get the Spark session
+(Databricks' own, or a local Delta-enabled one), run `lakehouse.bronze.run_bronze`, print the
+progress lines and the report. Rerunning resumes from the stream's checkpoint.
+
+    python -m jobs.bronze_ingest --pipeline schemas/shop/pipeline.yml --trigger available_now
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+from lakehouse.errors import CdcEnrichError
+
+BOOTSTRAP_ENV = "CDC_ENRICH_KAFKA_BOOTSTRAP"
+
+
+def _args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="bronze_ingest", description=__doc__.splitlines()[0])
+    parser.add_argument("--pipeline", required=True, help="pipeline declaration (YAML)")
+    parser.add_argument("--lake", default=None, help="local lake root (tables, checkpoints); default .lake or $CDC_ENRICH_LAKE")
+    parser.add_argument("--bootstrap", default=None,
+                        help=f"Kafka bootstrap servers; default: the pipeline's, ${BOOTSTRAP_ENV}, or the local stack's broker")
+    parser.add_argument("--trigger", choices=("available_now", "processing_time"), default=None,
+                        help="available_now: drain what is there and stop; processing_time: run continuously (default: the pipeline's)")
+    parser.add_argument("--max-offsets", type=int, default=None, help="records per micro-batch (default: the pipeline's)")
+    parser.add_argument("--parser", choices=("hybrid", "python"), default="hybrid", help="decoding path (python: every record through Python)")
+    parser.add_argument("--only-declared-topics", action="store_true",
+                        help="do not subscribe to <prefix>.<schema>.* (undeclared topics would otherwise go to quarantine)")
+    parser.add_argument("--timeout", type=float, default=None, help="with processing_time: stop after this many seconds")
+    args = parser.parse_args(argv)
+    if args.max_offsets is not None and args.max_offsets < 1:
+        parser.error("--max-offsets must be at least 1")
+    return args
+
+
+def _bootstrap(args: argparse.Namespace, pipeline, lake) -> str:  # noqa: ANN001 - Pipeline, Path
+    if args.bootstrap:
+        return args.bootstrap
+    if pipeline.kafka.bootstrap_servers:
+        return pipeline.kafka.bootstrap_servers
+    if os.environ.get(BOOTSTRAP_ENV):
+        return os.environ[BOOTSTRAP_ENV]
+    from lakehouse.stack import bootstrap_servers
+
+    return bootstrap_servers(lake)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        from lakehouse.bronze import run_bronze
+        from lakehouse.config import load_pipeline
+        from lakehouse.paths import lake_root
+        from lakehouse.spark import get_spark
+
+        pipeline = load_pipeline(args.pipeline)
+        lake = lake_root(args.lake)
+        bootstrap = _bootstrap(args, pipeline, lake)
+        spark = get_spark(lake, app_name=f"bronze-{pipeline.name}")
+        report = run_bronze(
+            spark,
+            pipeline,
+            lake,
+            bootstrap,
+            trigger=args.trigger or pipeline.options.trigger,
+            max_offsets_per_trigger=args.max_offsets,
+            progress=lambda message: print(message, flush=True),
+            parser=args.parser,
+            undeclared_topics=not args.only_declared_topics,
+            timeout_s=args.timeout,
+        )
+    except CdcEnrichError as exc:
+        print(f"bronze_ingest: {exc}", file=sys.stderr, flush=True)
+        return 1
+    print(report.render(), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

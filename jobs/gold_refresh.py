@@ -1,0 +1,45 @@
+"""Job entry point: bring gold views up to date with silver (Databricks task or local)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`gold_refresh --pipeline P [--lake L] [--view V ...] [--trigger available_now|processing_time]`."""
+    parser = argparse.ArgumentParser(prog="gold_refresh", description=main.__doc__)
+    parser.add_argument("--pipeline", required=True, help="pipeline declaration (YAML)")
+    parser.add_argument("--lake", default=None, help="local lake root (ignored where a session exists)")
+    parser.add_argument("--view", action="append", default=None, help="only this view (repeatable)")
+    parser.add_argument("--trigger", choices=("available_now", "processing_time"), default=None)
+    args = parser.parse_args(argv)
+
+    from lakehouse.config import load_pipeline
+    from lakehouse.errors import CdcEnrichError
+    from lakehouse.gold import run_gold
+    from lakehouse.paths import lake_root
+    from lakehouse.spark import ensure_schemas, get_spark
+
+    try:
+        pipeline = load_pipeline(args.pipeline)
+        spark = get_spark(args.lake)
+        ensure_schemas(spark, pipeline)
+        report = run_gold(
+            spark,
+            pipeline,
+            lake_root(args.lake),
+            views=args.view,
+            trigger=args.trigger or pipeline.options.trigger,
+            progress=lambda message: print(f"  {message}", flush=True),
+        )
+    except (CdcEnrichError, KeyError) as exc:
+        print(f"gold_refresh: {exc}", file=sys.stderr)
+        return 2
+    print(report.render())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,53 @@
+"""Entry point: run the pipeline's great-expectations suites and record the results in Delta.
+
+Thin on purpose (the logic lives in `quality.runner`): load the pipeline, get the session
+(Databricks' own, or a local Delta session under --lake), run, print the summary table, and
+exit 1 when an error-severity expectation failed so the job task shows red. Warnings (such as
+a non-empty quarantine) are printed but do not fail the task.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="quality_check", description=__doc__.splitlines()[0])
+    parser.add_argument("--pipeline", required=True, help="the pipeline declaration (YAML)")
+    parser.add_argument("--lake", default=None, help="local lake root (ignored on Databricks)")
+    parser.add_argument(
+        "--table",
+        action="append",
+        default=None,
+        help="validate only this table (catalog name or layer.name, e.g. gold.orders_enriched); repeatable",
+    )
+    parser.add_argument(
+        "--run-id",
+        default=None,
+        help="id of this run; re-running with the same id replaces its rows (e.g. {{job.run_id}})",
+    )
+    args = parser.parse_args(argv)
+
+    from lakehouse.config import load_pipeline
+    from lakehouse.errors import CdcEnrichError
+    from lakehouse.paths import lake_root
+    from lakehouse.spark import get_spark
+    from quality.runner import run_quality, select_suites
+    from quality.suites import build_suites
+
+    try:
+        pipeline = load_pipeline(args.pipeline)
+        select_suites(build_suites(pipeline), args.table)  # a misspelt --table fails before Spark starts
+    except (CdcEnrichError, ValueError) as exc:
+        print(f"quality_check: {exc}", file=sys.stderr)
+        return 2
+    spark = get_spark(args.lake)
+    report = run_quality(spark, pipeline, lake_root(args.lake), tables=args.table, run_id=args.run_id)
+    print(report.render())
+    return 0 if report.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

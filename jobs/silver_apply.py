@@ -1,0 +1,59 @@
+"""Job: bronze Delta tables -> versioned silver tables (current + history, exactly-once).
+
+Thin on purpose: parse arguments, load and validate the pipeline file, get the Spark session
+(Databricks' own, or a local Delta-enabled one), run `lakehouse.silver.run_silver`, print the
+progress lines and the report. Rerunning resumes from each stream's checkpoint.
+
+    python -m jobs.silver_apply --pipeline schemas/shop/pipeline.yml [--source customers ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from lakehouse.errors import CdcEnrichError
+
+
+def _args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="silver_apply", description=__doc__.splitlines()[0])
+    parser.add_argument("--pipeline", required=True, help="pipeline declaration (YAML)")
+    parser.add_argument("--lake", default=None, help="local lake root (tables, checkpoints); default .lake or $CDC_ENRICH_LAKE")
+    parser.add_argument("--source", action="append", default=None,
+                        help="a source to apply (repeatable, or comma-separated); default: every declared source")
+    parser.add_argument("--trigger", choices=("available_now", "processing_time"), default=None,
+                        help="available_now: drain what is there and stop; processing_time: run continuously (default: the pipeline's)")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the silver stage; 0 on success, 1 on a configuration or setup error."""
+    args = _args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        from lakehouse.config import load_pipeline
+        from lakehouse.paths import lake_root
+        from lakehouse.silver import run_silver
+        from lakehouse.spark import ensure_schemas, get_spark
+
+        pipeline = load_pipeline(args.pipeline)
+        sources = [s.strip() for arg in args.source for s in arg.split(",") if s.strip()] if args.source else None
+        for name in sources or ():
+            pipeline.source(name)  # unknown names fail here, before any stream starts
+        lake = lake_root(args.lake)
+        spark = get_spark(lake, app_name="silver-apply")
+        ensure_schemas(spark, pipeline)
+        report = run_silver(
+            spark, pipeline, lake, sources=sources, trigger=args.trigger or pipeline.options.trigger,
+            progress=lambda message: print(message, flush=True),
+        )
+    except (CdcEnrichError, KeyError) as exc:
+        print(f"silver_apply: {exc}", file=sys.stderr)
+        return 1
+    print(report.render(), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,991 @@
+"""Bronze: Debezium topics -> one append-only Delta table per source, plus one quarantine table.
+
+Parsing is two-tier, and `lakehouse.debezium.decode_record` is the single source of truth:
+
+1. a Spark SQL pass (VARIANT: `try_parse_json`, `try_variant_get`, `schema_of_variant`)
+   decodes every record whose shape is common and unambiguous (what Debezium sends), and
+   flags it `_fast`. It is deliberately conservative: anything unusual (a double with more
+   than 15 digits, decimal bytes longer than 8, a timestamp string without offset, every
+   malformed record...) is left unflagged;
+2. every unflagged record goes through `decode_record` in a Python UDF, which either decodes
+   it exactly or names the specific reason for quarantine.
+
+So malformed records get precise reasons, and clean traffic never pays for Python. A
+differential test holds the SQL pass to `decode_record` on valid and fuzzed records.
+`parser="python"` sends every record through Python (kept for the benchmark's comparison).
+
+The streaming runner reads all of a pipeline's topics in ONE query (one Kafka consumer, one
+checkpoint): on a 2-core machine one micro-batch writing several tables costs far less than
+one query per source, and a query subscribed by pattern (`<prefix>.<schema>.*`) also sees
+topics that no source declares, which then land in quarantine instead of being ignored.
+Exactly-once: each table write in a micro-batch carries Delta's `txnAppId` (the streaming
+query id, stable across restarts from the same checkpoint, new for a new checkpoint) and
+`txnVersion` (the batch id), so a batch replayed after a crash writes nothing twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from pyspark.sql import Column as SqlColumn
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    BooleanType,
+    DataType,
+    DoubleType,
+    IntegerType,
+    LongType,
+    ShortType,
+    StringType,
+    StructField,
+    StructType,
+    VariantType,
+    _parse_datatype_string as _parse_datatype,
+)
+
+from lakehouse import debezium as dbz
+from lakehouse.config import Column, Pipeline, Source
+from lakehouse.errors import CdcEnrichError
+from lakehouse.paths import checkpoint_dir
+from lakehouse.spark import ensure_schemas
+from lakehouse.tables import bronze_schema, bronze_table, quarantine_schema, quarantine_table, spark_type
+
+log = logging.getLogger("lakehouse.bronze")
+
+PARSERS = ("hybrid", "python")
+TRIGGERS = ("available_now", "processing_time")
+KAFKA_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp")
+STREAM = "bronze"
+
+_VALUE_SCHEMA_TYPE = "array<struct<field:string,fields:array<struct<field:string,type:string,name:string>>>>"
+_KEY_SCHEMA_TYPE = "array<struct<field:string,type:string,name:string>>"
+_NARROW_NUMBER = r"^-?[0-9]+(\.[0-9]+)?$"
+_ISO_TIMESTAMP_FAST = (
+    r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?(Z|[+-](0[0-9]|1[0-7]):[0-5][0-9])$"
+)
+_ISO_DATE_FAST = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$"
+_PRINTABLE_ASCII = r"^[ -~]*$"
+_POW2 = [Decimal(2 ** (8 * n)) for n in range(9)]
+
+
+# --------------------------------------------------------------------------- the SQL pass
+#
+# The pass is built as a few stacked projections (parse -> unwrap -> extract -> inspect ->
+# convert -> assemble). Each level refers to the previous one's columns by name, so a parsed
+# document or an extracted field is computed once, not re-inlined into every expression that
+# uses it (which made the plan tree, and its compile time, explode).
+
+
+class _Staging:
+    """Builds the stacked projections: `put` queues a column for the next level, `flush` adds it."""
+
+    def __init__(self, df: DataFrame) -> None:
+        self.df = df
+        self._pending: dict[str, SqlColumn] = {}
+        self._count = 0
+
+    def put(self, expr: SqlColumn) -> SqlColumn:
+        name = f"__s{self._count}"
+        self._count += 1
+        self._pending[name] = expr
+        return F.col(name)
+
+    def flush(self) -> None:
+        self.df = self.df.select("*", *[expr.alias(name) for name, expr in self._pending.items()])
+        self._pending = {}
+
+
+def _v(doc: SqlColumn, path: str) -> SqlColumn:
+    """A sub-document as VARIANT; SQL NULL when the path is absent (JSON null stays a variant null)."""
+    return F.try_variant_get(doc, path, "variant")
+
+
+def _present(v: SqlColumn) -> SqlColumn:
+    return v.isNotNull() & ~F.is_variant_null(v)
+
+
+def _true(condition: SqlColumn) -> SqlColumn:
+    """SQL three-valued logic -> two: NULL counts as false."""
+    return F.coalesce(condition, F.lit(False))
+
+
+def _all(conditions: Iterable[SqlColumn]) -> SqlColumn:
+    result = F.lit(True)
+    for condition in conditions:
+        result = result & _true(condition)
+    return result
+
+
+def _json_text(raw: SqlColumn) -> SqlColumn:
+    """The bytes as text when they are UTF-8 and start like a JSON object (the fast path's shape)."""
+    text = raw.cast("string")
+    return F.when(F.is_valid_utf8(text) & text.startswith("{"), text)
+
+
+def _no_null_elements(array: SqlColumn) -> SqlColumn:
+    """A Connect schema array whose every element cast cleanly (else Python reads the schema)."""
+    return F.coalesce(F.forall(array, lambda x: x.isNotNull()), F.lit(True))
+
+
+def _wrapped(doc: SqlColumn) -> SqlColumn:
+    return _v(doc, "$.schema").isNotNull() & _v(doc, "$.payload").isNotNull()
+
+
+@dataclass(frozen=True)
+class _Field:
+    """One JSON field on its way to a typed column: the variant, then what it holds."""
+
+    column: Column
+    var: SqlColumn  # VARIANT, NULL when absent
+    kind: SqlColumn  # schema_of_variant: BIGINT, DECIMAL(p,s), DOUBLE, STRING, BOOLEAN, VOID, OBJECT<...>
+    text: SqlColumn  # the value as a string (meaningful when kind is STRING)
+    hint_name: SqlColumn  # Connect schema `name` of the field (wrapped messages), else NULL
+    hint_type: SqlColumn  # Connect schema `type`
+    allow_placeholder: bool
+    parts: dict[str, SqlColumn] = field(default_factory=dict)  # staged intermediates (decimal bytes)
+
+
+@dataclass(frozen=True)
+class _Converted:
+    value: SqlColumn  # typed value, NULL when absent/null/placeholder
+    ok: SqlColumn  # the SQL pass is sure (absent, null, placeholder, or converted exactly)
+    placeholder: SqlColumn  # the TOAST placeholder was there
+
+
+def _inspect(st: _Staging, column: Column, var: SqlColumn, hints: tuple[SqlColumn, SqlColumn] | None, allow_placeholder: bool) -> _Field:
+    none = F.lit(None).cast("string")
+    hint_name, hint_type = hints or (none, none)
+    return _Field(
+        column=column,
+        var=var,
+        kind=st.put(F.schema_of_variant(var)),
+        text=st.put(F.try_variant_get(var, "$", "string")),
+        hint_name=st.put(hint_name) if hints else none,
+        hint_type=st.put(hint_type) if hints else none,
+        allow_placeholder=allow_placeholder,
+    )
+
+
+def _convert(st: _Staging, field: _Field) -> _Converted:
+    """SQL twin of `debezium.convert_value` for the shapes it can decide exactly."""
+    present = _present(field.var)
+    is_str = field.kind == F.lit("STRING")
+    placeholder = (
+        _true(present & is_str & (field.text == F.lit(dbz.UNAVAILABLE))) if field.allow_placeholder else F.lit(False)
+    )
+    value, valid = _typed(field, is_str)
+    usable = present & ~placeholder
+    return _Converted(
+        value=st.put(F.when(usable, value)),
+        ok=st.put(_true(~present) | placeholder | _true(valid & value.isNotNull())),
+        placeholder=st.put(placeholder),
+    )
+
+
+def _typed(field: _Field, is_str: SqlColumn) -> tuple[SqlColumn, SqlColumn]:
+    """(typed value, the JSON held a shape this type accepts exactly)."""
+    f, kind, text, type_name = field.var, field.kind, field.text, field.column.type
+    is_int = kind == F.lit("BIGINT")
+    is_decimal = kind.startswith("DECIMAL(")
+    if type_name in dbz.INT_RANGES:
+        return F.try_variant_get(f, "$", type_name), is_int
+    if type_name == "boolean":
+        return F.try_variant_get(f, "$", "boolean"), kind == F.lit("BOOLEAN")
+    if type_name == "string":
+        return text, is_str
+    if type_name in ("double", "float"):
+        # Exactly-rounded in both worlds: integers below 2^53, decimals of at most 15 digits.
+        as_long = F.try_variant_get(f, "$", "bigint")
+        precision = F.regexp_extract(kind, r"^DECIMAL\((\d+),", 1).cast("int")
+        valid = (is_int & (F.abs(as_long) <= F.lit(2**53))) | (is_decimal & (precision <= 15))
+        value = F.try_variant_get(f, "$", "double")
+        return (value.cast("float"), valid) if type_name == "float" else (value, valid)
+    if type_name == "timestamp":
+        return _timestamp(f, text, is_int, is_str, field.hint_name)
+    if type_name == "date":
+        days = F.try_variant_get(f, "$", "bigint")
+        int_ok = is_int & days.between(dbz.MIN_DAYS, dbz.MAX_DAYS)
+        str_ok = is_str & text.rlike(_ISO_DATE_FAST) & (F.substring(text, 1, 4) != F.lit("0000"))
+        value = F.when(int_ok, F.date_from_unix_date(days.cast("int"))).when(str_ok, text.try_cast("date"))
+        return value, int_ok | str_ok
+    match = dbz.DECIMAL_TYPE.match(type_name)
+    if match:
+        return _decimal(field, is_int, is_decimal, is_str, int(match.group(1)), int(match.group(2)))
+    raise CdcEnrichError(f"column {field.column.name}: unsupported type {type_name}")
+
+
+def _timestamp(f: SqlColumn, text: SqlColumn, is_int: SqlColumn, is_str: SqlColumn, hint_name: SqlColumn) -> tuple[SqlColumn, SqlColumn]:
+    n = F.try_variant_get(f, "$", "bigint")
+    millis = _true(hint_name.isin(*dbz.MILLIS_TIMESTAMPS))
+    nanos = _true(hint_name.isin(*dbz.NANOS_TIMESTAMPS))
+    floor_div = ((n - F.pmod(n, F.lit(1000))) / F.lit(1000)).cast("bigint")  # exact: a multiple of 1000
+    micros = (
+        F.when(millis, F.when(n.between(-(-dbz.MIN_MICROS // 1000), dbz.MAX_MICROS // 1000), n * F.lit(1000)))
+        .when(nanos, floor_div)
+        .otherwise(n)
+    )
+    int_ok = is_int & micros.between(dbz.MIN_MICROS, dbz.MAX_MICROS)
+    year = F.substring(text, 1, 4)
+    str_ok = is_str & text.rlike(_ISO_TIMESTAMP_FAST) & (year >= F.lit("0002")) & (year <= F.lit("9998"))
+    value = F.when(int_ok, F.timestamp_micros(micros)).when(str_ok, text.try_cast("timestamp"))
+    return value, int_ok | str_ok
+
+
+def _is_decimal_field(f: _Field) -> bool:
+    return dbz.DECIMAL_TYPE.match(f.column.type) is not None
+
+
+def _stage_decimal_bytes(st: _Staging, f: _Field, level: int) -> None:
+    """Base64 two's-complement bytes (1..16) -> unscaled decimal(38,0), over three levels.
+
+    `conv` reads at most 64 bits, so the bytes split into a signed high part (before the
+    last 8 bytes) and an unsigned low part; decimal(38,0) arithmetic with try_* turns an
+    overflow into NULL (and so into the Python pass, which names it). Staged because the
+    same intermediates are used many times (one expression would outgrow a JVM method).
+    """
+    p = f.parts
+    if level == 1:
+        p["base64"] = st.put(_true(f.text.rlike(dbz.BASE64.pattern) & (F.length(f.text) > 0)))
+        p["digits"] = st.put(F.hex(F.try_to_binary(f.text, F.lit("base64"))))
+    elif level == 2:
+        width = (F.length(p["digits"]) / 2).cast("int")
+        high_width = F.greatest(width - F.lit(8), F.lit(0))
+        p["width"] = st.put(width)
+        p["high_width"] = st.put(high_width)
+        p["negative"] = st.put(F.substring(p["digits"], 1, 1) >= F.lit("8"))
+        p["low"] = st.put(F.conv(F.substring(p["digits"], high_width * 2 + 1, 16), 16, 10).cast("decimal(20,0)"))
+        p["high"] = st.put(F.conv(F.substring(p["digits"], F.lit(1), high_width * 2), 16, 10).cast("decimal(20,0)"))
+    else:
+        pow2 = F.array(*[F.lit(v).cast("decimal(21,0)") for v in _POW2])
+        small = F.when(p["negative"], p["low"] - F.element_at(pow2, p["width"] + 1)).otherwise(p["low"])
+        high = F.when(p["negative"], p["high"] - F.element_at(pow2, p["high_width"] + 1)).otherwise(p["high"])
+        large = F.try_add(F.try_multiply(high.cast("decimal(38,0)"), F.lit(Decimal(2**64)).cast("decimal(20,0)")), p["low"].cast("decimal(38,0)"))
+        p["unscaled"] = st.put(F.when(p["high_width"] == 0, small.cast("decimal(38,0)")).otherwise(large))
+
+
+def _decimal(f: _Field, is_int: SqlColumn, is_decimal: SqlColumn, is_str: SqlColumn, precision: int, scale: int) -> tuple[SqlColumn, SqlColumn]:
+    text, p = f.text, f.parts
+    target = f"decimal({precision},{scale})"
+    number = F.try_variant_get(f.var, "$", target)  # JSON number: rounded half-up, NULL when too wide
+    bytes_mode = _true(f.hint_name == F.lit(dbz.DECIMAL_LOGICAL))
+    number_mode = _true(f.hint_type.isin(*dbz.STRING_TYPES, *dbz.NUMBER_TYPES))
+    ambiguous_digits = F.lit(scale > 0) & text.rlike(dbz.DIGITS.pattern) & p["base64"]
+    as_number = (
+        F.when(bytes_mode, F.lit(False))
+        .when(number_mode, F.lit(True))
+        .otherwise(text.rlike(dbz.NUMERIC.pattern) & ~ambiguous_digits)
+    )
+    narrow = text.rlike(_NARROW_NUMBER)
+    bytes_ok = p["base64"] & p["width"].between(1, 16)
+    magnitude = F.abs(p["unscaled"]).cast("string")
+    if scale > 0:
+        padded = F.lpad(magnitude, F.greatest(F.length(magnitude), F.lit(scale + 1)), "0")  # lpad also truncates
+        cut = F.length(padded) - scale
+        magnitude = F.concat(padded.substr(F.lit(1), cut), F.lit("."), padded.substr(cut + 1, F.lit(scale)))
+    from_bytes = F.concat(F.when(p["negative"], F.lit("-")).otherwise(F.lit("")), magnitude).try_cast(target)
+    value = (
+        F.when(is_int | is_decimal, number)
+        .when(is_str & as_number & narrow, text.try_cast(target))
+        .when(is_str & ~as_number & bytes_ok, from_bytes)
+    )
+    valid = is_int | is_decimal | (is_str & as_number & narrow) | (is_str & ~as_number & bytes_ok)
+    return value, valid
+
+
+def _first_named(fields: SqlColumn, name: str) -> SqlColumn:
+    """The first Connect schema entry whose `field` is `name` (NULL when none).
+
+    (A one-argument lambda: Spark reads a two-argument one as (element, index).)
+    """
+    def named(x: SqlColumn) -> SqlColumn:
+        return x["field"] == F.lit(name)
+
+    return F.get(F.filter(fields, named), 0)
+
+
+def _field_hints(fields: SqlColumn, name: str) -> tuple[SqlColumn, SqlColumn]:
+    """(Connect name, Connect type) of the first schema field called `name` (NULL when none)."""
+    entry = _first_named(fields, name)
+    return entry["name"], entry["type"]
+
+
+_SOURCE_FIELDS = (("ts_ms", "bigint"), ("lsn", "bigint"), ("txId", "bigint"), ("file", "string"), ("pos", "bigint"), ("row", "int"))
+_JSON_OPTIONS = {
+    # Strict JSON, as Python's json module reads it; any field that does not fit its type
+    # marks the record corrupt, which sends it to the Python pass.
+    "mode": "PERMISSIVE",
+    "columnNameOfCorruptRecord": "__corrupt",
+    "allowNonNumericNumbers": "false",
+    "allowSingleQuotes": "false",
+    "allowUnquotedFieldNames": "false",
+    "allowComments": "false",
+    "allowNumericLeadingZeros": "false",
+    "allowBackslashEscapingAnyCharacter": "false",
+    "allowUnquotedControlChars": "false",
+}
+# Parsed by Jackson into their Spark type (strict: a JSON string or a fraction is a mismatch).
+_PARSED_TYPES = {"bigint": LongType(), "int": IntegerType(), "smallint": ShortType(), "boolean": BooleanType(),
+                 "double": DoubleType(), "float": DoubleType()}  # float: text -> double -> float, as Python
+
+
+def _parse_type(column: Column) -> DataType:
+    """How the value parse reads a column: typed when Jackson's check is exact, else VARIANT."""
+    return _PARSED_TYPES.get(column.type, VariantType())
+
+
+def _envelope_schema(source: Source) -> StructType:
+    row = StructType([StructField(c.name, _parse_type(c)) for c in source.columns])
+    src = StructType([
+        StructField("ts_ms", LongType()), StructField("lsn", LongType()), StructField("txId", LongType()),
+        StructField("snapshot", VariantType()), StructField("file", VariantType()),
+        StructField("pos", LongType()), StructField("row", IntegerType()),
+    ])
+    return StructType([
+        StructField("before", row), StructField("after", row), StructField("source", src),
+        StructField("op", StringType()), StructField("ts_ms", LongType()),
+    ])
+
+
+def _value_schema(source: Source) -> StructType:
+    """The value, bare or wrapped, in one parse: wrapper fields and envelope fields side by side."""
+    envelope = _envelope_schema(source)
+    hints = StructType([StructField("fields", _parse_datatype(_VALUE_SCHEMA_TYPE))])
+    return StructType(
+        [StructField("__corrupt", StringType()), StructField("schema", hints), StructField("payload", envelope)]
+        + list(envelope.fields)
+    )
+
+
+def decode_sql(source: Source, kafka: DataFrame) -> DataFrame:
+    """The SQL pass over Kafka rows of `source`'s topic: decoded columns, `_kafka_ts`, `_fast`.
+
+    Rows with `_fast` false carry meaningless decoded columns; `decode_python` decides them.
+    """
+    st = _Staging(kafka)
+    images = ("before", "after")
+    # 1. parse: the value with a typed schema (one pass), the small key as VARIANT
+    value_text = st.put(_json_text(F.col("value")))
+    kdoc = st.put(F.try_parse_json(_json_text(F.col("key"))))
+    st.flush()
+    parsed = st.put(F.from_json(value_text, _value_schema(source), _JSON_OPTIONS))
+    # from_json reads the first JSON value only; Python rejects trailing data, so must we
+    single_value = st.put(_true(F.json_array_length(F.concat(F.lit("["), value_text, F.lit("]"))) == F.lit(1)))
+    st.flush()
+    # 2. unwrap {"schema", "payload"}
+    wrapped = parsed["schema"].isNotNull() & parsed["payload"].isNotNull()
+    top_level = F.struct(*[parsed[f.name].alias(f.name) for f in _envelope_schema(source).fields])
+    env = st.put(F.when(wrapped, parsed["payload"]).otherwise(top_level))
+    vhints = st.put(F.when(wrapped, parsed["schema"]["fields"]))
+    header_ok = st.put(value_text.isNotNull() & parsed["__corrupt"].isNull() & single_value)
+    kenv = st.put(F.when(_wrapped(kdoc), _v(kdoc, "$.payload")).otherwise(kdoc))
+    khints = st.put(F.when(_wrapped(kdoc), F.try_variant_get(kdoc, "$.schema.fields", _KEY_SCHEMA_TYPE)))
+    st.flush()
+    # 3. extract
+    key_vars = {k: st.put(_v(kenv, f"$.{k}")) for k in source.primary_key}
+    key_size = st.put(F.size(F.try_variant_get(kenv, "$", "map<string,variant>")))
+    key_header_ok = st.put(_no_null_elements(khints))
+    image_hints = {i: st.put(_first_named(vhints, i)["fields"]) for i in images}
+    st.flush()
+    # 4. inspect VARIANT fields: what each holds, and its Connect schema hints
+    key_fields = {k: _inspect(st, source.column(k), var, _field_hints(khints, k), False) for k, var in key_vars.items()}
+    image_fields = {
+        (i, c.name): _inspect(st, c, env[i][c.name], _field_hints(image_hints[i], c.name), True)
+        for i in images for c in source.columns if isinstance(_parse_type(c), VariantType)
+    }
+    snapshot_kind = st.put(F.schema_of_variant(env["source"]["snapshot"]))
+    file_field = _inspect(st, Column("file", "string"), env["source"]["file"], None, False)
+    op = st.put(env["op"])
+    image_present = {i: st.put(env[i].isNotNull()) for i in images}
+    st.flush()
+    variant_fields = [*key_fields.values(), *image_fields.values()]
+    for level in (1, 2, 3):
+        for f in variant_fields:
+            if _is_decimal_field(f):
+                _stage_decimal_bytes(st, f, level)
+        st.flush()
+    # 5. convert
+    keys = {k: _convert(st, f) for k, f in key_fields.items()}
+    values = {name: _convert(st, f) for name, f in image_fields.items()}
+    for i in images:
+        for c in source.columns:
+            if (i, c.name) not in values:
+                values[(i, c.name)] = _parsed(st, env[i][c.name], c)
+    file = _convert(st, file_field)
+    st.flush()
+    # 6. assemble
+    src = {name: env["source"][name] for name, _ in _SOURCE_FIELDS}
+    src["file"] = file.value
+    key_struct = F.struct(*[keys[k].value.alias(k) for k in source.primary_key])
+    key_ok = _all([key_size == F.lit(len(source.primary_key)), key_header_ok] + [keys[k].ok & keys[k].value.isNotNull() for k in source.primary_key])
+    check_key = op != F.lit("t")
+    image_structs, image_ok = {}, {}
+    for i in images:
+        checks = [_no_null_elements(image_hints[i])] + [values[(i, c.name)].ok for c in source.columns]
+        checks += [~check_key | _true(values[(i, k)].value == keys[k].value) for k in source.primary_key]
+        image_ok[i] = ~image_present[i] | _all(checks)
+        image_structs[i] = F.when(image_present[i], F.struct(*[values[(i, c.name)].value.alias(c.name) for c in source.columns]))
+    unavailable = F.nullif(F.concat_ws(",", *[F.when(values[("after", c.name)].placeholder, F.lit(c.name)) for c in source.columns]), F.lit(""))
+    snapshot_var = env["source"]["snapshot"]
+    snapshot_ok = _true(~_present(snapshot_var)) | _true(snapshot_kind.isin("STRING", "BOOLEAN"))
+    snapshot = F.when(snapshot_kind.isin("STRING", "BOOLEAN"), F.try_variant_get(snapshot_var, "$", "string"))
+    sequence, sequence_ok = _sequence_sql(source, op, src["ts_ms"], src["lsn"], src["file"], src["pos"], src["row"])
+    key_is_null = F.col("key").isNull()
+    value_checks = [
+        header_ok,
+        op.isin(*dbz.OPS),
+        file.ok,
+        snapshot_ok,
+        sequence_ok,
+        image_ok["before"],
+        image_ok["after"],
+        F.when(op == F.lit("t"), key_is_null & ~image_present["before"] & ~image_present["after"]).otherwise(~key_is_null & key_ok),
+        F.when(op.isin("c", "r", "u"), image_present["after"]).otherwise(F.lit(True)),
+        F.when(op == F.lit("d"), image_present["before"]).otherwise(F.lit(True)),
+    ]
+    tombstone = F.col("value").isNull()
+    fast = F.when(tombstone, ~key_is_null & key_ok).otherwise(_all(value_checks))
+
+    def change(c: SqlColumn) -> SqlColumn:
+        return F.when(~tombstone, c)
+
+    columns = {
+        "_topic": F.col("topic"),
+        "_partition": F.col("partition"),
+        "_offset": F.col("offset"),
+        "_raw_key": F.col("key"),
+        "_raw_value": F.col("value"),
+        "_op": F.when(tombstone, F.lit(dbz.TOMBSTONE)).otherwise(op),
+        "_key": F.when(~key_is_null, key_struct),
+        "_before": change(image_structs["before"]),
+        "_after": change(image_structs["after"]),
+        "_source_ts_ms": change(src["ts_ms"]),
+        "_source_lsn": change(src["lsn"]),
+        "_source_tx_id": change(src["txId"]),
+        "_source_snapshot": change(snapshot),
+        "_source_file": change(src["file"]),
+        "_source_pos": change(src["pos"]),
+        "_source_row": change(src["row"]),
+        "_event_ts_ms": change(env["ts_ms"]),
+        "_unavailable_columns": change(unavailable),
+        "_sequence": change(sequence),
+    }
+    schema = bronze_schema(source)
+    selected = [columns[c].cast(schema[c].dataType).alias(c) for c in dbz.DECODED_COLUMNS]
+    return st.df.select(*selected, F.col("timestamp").alias("_kafka_ts"), _true(fast).alias("_fast"))
+
+
+def _parsed(st: _Staging, value: SqlColumn, column: Column) -> _Converted:
+    """A column Jackson already typed (a mismatch marked the record corrupt)."""
+    if column.type == "double":
+        ok = value.isNull() | (F.abs(value) <= F.lit(1.7976931348623157e308))  # 1e400 parses as Infinity
+    elif column.type == "float":
+        ok = value.isNull() | (F.abs(value) <= F.lit(dbz.FLOAT_MAX))
+        value = value.cast("float")
+    else:
+        ok = F.lit(True)
+    return _Converted(value=st.put(value), ok=st.put(_true(ok)), placeholder=F.lit(False))
+
+
+def _sequence_sql(source: Source, op: SqlColumn, ts_ms: SqlColumn, lsn: SqlColumn, file: SqlColumn, pos: SqlColumn, row: SqlColumn) -> tuple[SqlColumn, SqlColumn]:
+    """SQL twin of `lakehouse.sequence` within ranges where both compute the same decimal(38,0)."""
+    d38 = "decimal(38,0)"
+    if source.sequence == "postgres":
+        position = F.when(op == F.lit("d"), F.lit(0)).otherwise(F.lit(1))
+        return lsn.cast(d38) * F.lit(10) + position, _true(lsn >= 0)
+    if source.sequence == "mysql":
+        number = F.regexp_extract(file, r"([0-9]+)$", 1)
+        ok = (
+            _true(file.rlike(_PRINTABLE_ASCII) & file.rlike(r"[0-9]$"))
+            & _true(F.length(number).between(1, 17))
+            & _true(pos.between(0, 10**14 - 1))
+            & _true(row.between(0, 10**6 - 1))
+        )
+        value = number.cast(d38) * F.lit(Decimal(10**20)).cast("decimal(21,0)") + pos.cast(d38) * F.lit(10**6) + row.cast(d38)
+        return value, ok
+    value = (
+        ts_ms.cast(d38) * F.lit(Decimal(10**24)).cast("decimal(25,0)")
+        + F.col("partition").cast(d38) * F.lit(Decimal(10**18)).cast("decimal(19,0)")
+        + F.col("offset").cast(d38)
+    )
+    return value, _true(ts_ms.between(0, 10**13 - 1) & (F.col("partition") < 10**6) & (F.col("offset") >= 0))
+
+
+# --------------------------------------------------------------------------- the Python pass
+
+
+_COORDINATES = ("_topic", "_partition", "_offset", "_raw_key", "_raw_value")
+_PAYLOAD_COLUMNS = tuple(c for c in dbz.DECODED_COLUMNS if c not in _COORDINATES)
+
+
+def _python_schema(source: Source) -> StructType:
+    """What the Python UDF returns: the decoded payload columns (all nullable) and `_reason`."""
+    schema = bronze_schema(source)
+    fields = [StructField(c, schema[c].dataType, True) for c in _PAYLOAD_COLUMNS]
+    return StructType(fields + [StructField("_reason", StringType(), True)])
+
+
+def _python_decoder(source: Source) -> Callable[..., tuple[Any, ...]]:
+    """A picklable function: Kafka record -> payload tuple + reason, via `decode_record`."""
+    nested = {"_key": source.primary_key, "_before": source.column_names, "_after": source.column_names}
+
+    def decode(key: Any, value: Any, topic: str, partition: int, offset: int) -> tuple[Any, ...]:
+        row, reason = dbz.decode_record(source, key, value, topic, partition, offset)
+        if row is None:
+            return (None,) * len(_PAYLOAD_COLUMNS) + (reason,)
+        out = []
+        for name in _PAYLOAD_COLUMNS:
+            item = row[name]
+            if name in nested and item is not None:
+                item = tuple(item[c] for c in nested[name])
+            out.append(item)
+        return tuple(out) + (None,)
+
+    return decode
+
+
+def decode_python(source: Source, kafka: DataFrame) -> DataFrame:
+    """Every row through `decode_record`: decoded columns, `_kafka_ts`, `_reason` (NULL = bronze)."""
+    udf = F.udf(_python_decoder(source), _python_schema(source)).asNondeterministic()
+    decoded = kafka.select(
+        *KAFKA_COLUMNS, udf(F.col("key"), F.col("value"), F.col("topic"), F.col("partition"), F.col("offset")).alias("_d")
+    )
+    columns = {c: F.col(k) for k, c in zip(("topic", "partition", "offset", "key", "value"), _COORDINATES)}
+    columns.update({c: F.col(f"_d.{c}") for c in _PAYLOAD_COLUMNS})
+    return decoded.select(
+        *[columns[c].alias(c) for c in dbz.DECODED_COLUMNS],
+        F.col("timestamp").alias("_kafka_ts"),
+        F.col("_d._reason").alias("_reason"),
+    )
+
+
+def _as_kafka(decoded: DataFrame) -> DataFrame:
+    """Decoded rows back to the Kafka columns (to re-decode the SQL pass's leftovers in Python)."""
+    return decoded.select(
+        F.col("_raw_key").alias("key"),
+        F.col("_raw_value").alias("value"),
+        F.col("_topic").alias("topic"),
+        F.col("_partition").alias("partition"),
+        F.col("_offset").alias("offset"),
+        F.col("_kafka_ts").alias("timestamp"),
+    )
+
+
+def _fast_rows(sql: DataFrame) -> DataFrame:
+    return sql.where(F.col("_fast")).drop("_fast").withColumn("_reason", F.lit(None).cast("string"))
+
+
+def _slow_input(sql: DataFrame) -> DataFrame:
+    return _as_kafka(sql.where(~F.col("_fast")))
+
+
+def parse_source(source: Source, kafka: DataFrame, parser: str = "hybrid") -> DataFrame:
+    """Kafka rows of one source's topic -> decoded columns, `_kafka_ts`, `_reason` (NULL = bronze)."""
+    _check_choice("parser", parser, PARSERS)
+    if parser == "python":
+        return decode_python(source, kafka)
+    sql = decode_sql(source, kafka)
+    return _fast_rows(sql).unionByName(decode_python(source, _slow_input(sql)))
+
+
+def bronze_rows(source: Source, parsed: DataFrame) -> DataFrame:
+    """The decoded rows that belong in bronze, in exactly `tables.bronze_schema(source)`."""
+    schema = bronze_schema(source)
+    values = {c: F.col(c) for c in dbz.DECODED_COLUMNS}
+    values["_kafka_ts"] = F.col("_kafka_ts")
+    values["_ingested_at"] = F.current_timestamp()
+    good = parsed.where(F.col("_reason").isNull())
+    return good.select(*[values[f.name].cast(f.dataType).alias(f.name) for f in schema.fields])
+
+
+def quarantine_rows(source: Source | None, parsed: DataFrame) -> DataFrame:
+    """The rejected rows, in exactly `tables.quarantine_schema()`."""
+    bad = parsed.where(F.col("_reason").isNotNull())
+    return _to_quarantine(
+        bad,
+        source=F.lit(source.name if source else None),
+        topic="_topic", partition="_partition", offset="_offset", kafka_ts="_kafka_ts",
+        raw_key="_raw_key", raw_value="_raw_value", reason=F.col("_reason"),
+    )
+
+
+def unknown_topic_rows(pipeline: Pipeline, kafka: DataFrame) -> DataFrame:
+    """Records on topics no source declares -> quarantine rows (same reason text as `debezium`)."""
+    undeclared = kafka.where(~F.col("topic").isin(*pipeline.topics))
+    reason = F.concat(F.lit("topic '"), F.col("topic"), F.lit(f"' is declared by no source of pipeline '{pipeline.name}'"))
+    return _to_quarantine(
+        undeclared, source=F.lit(None), topic="topic", partition="partition", offset="offset",
+        kafka_ts="timestamp", raw_key="key", raw_value="value", reason=reason,
+    )
+
+
+def _to_quarantine(df: DataFrame, *, source: SqlColumn, topic: str, partition: str, offset: str, kafka_ts: str,
+                   raw_key: str, raw_value: str, reason: SqlColumn) -> DataFrame:
+    values = {
+        "source": source, "topic": F.col(topic), "partition": F.col(partition), "offset": F.col(offset),
+        "kafka_ts": F.col(kafka_ts), "raw_key": F.col(raw_key), "raw_value": F.col(raw_value),
+        "reason": reason, "quarantined_at": F.current_timestamp(),
+    }
+    return df.select(*[values[f.name].cast(f.dataType).alias(f.name) for f in quarantine_schema().fields])
+
+
+def parse_batch(pipeline: Pipeline, kafka: DataFrame, parser: str = "hybrid") -> tuple[dict[str, DataFrame], DataFrame]:
+    """A batch of Kafka rows of any topics -> ({source: bronze rows}, quarantine rows). No caching."""
+    bronze: dict[str, DataFrame] = {}
+    quarantine = unknown_topic_rows(pipeline, kafka)
+    for source in pipeline.sources.values():
+        parsed = parse_source(source, kafka.where(F.col("topic") == F.lit(source.topic)), parser)
+        bronze[source.name] = bronze_rows(source, parsed)
+        quarantine = quarantine.unionByName(quarantine_rows(source, parsed))
+    return bronze, quarantine
+
+
+def _check_choice(what: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise CdcEnrichError(f"unknown {what} {value!r}; expected one of {', '.join(choices)}")
+
+
+# --------------------------------------------------------------------------- tables
+
+
+def ensure_bronze_tables(spark: SparkSession, pipeline: Pipeline) -> None:
+    """Create the pipeline's schemas, one bronze table per source and the quarantine table.
+
+    Tables are append-only (`delta.appendOnly`). A source that gained declared columns gets
+    them added to its row structs; any other difference is an error naming the table, since
+    rewriting bronze is never something to do silently.
+    """
+    ensure_schemas(spark, pipeline)
+    for source in pipeline.sources.values():
+        _ensure_table(spark, bronze_table(pipeline, source), bronze_schema(source), f"bronze of Kafka topic {source.topic}")
+    _ensure_table(spark, quarantine_table(pipeline), quarantine_schema(), "records that could not be parsed or validated")
+
+
+def _ensure_table(spark: SparkSession, name: str, schema: StructType, comment: str) -> None:
+    from delta.tables import DeltaTable
+
+    if not spark.catalog.tableExists(name):
+        (
+            DeltaTable.createIfNotExists(spark)
+            .tableName(name)
+            .addColumns(schema)
+            .property("delta.appendOnly", "true")
+            .comment(comment)
+            .execute()
+        )
+        return
+    existing = spark.table(name).schema
+    missing, conflicts = _schema_diff(existing, schema, "")
+    if conflicts:
+        raise CdcEnrichError(
+            f"table {name} exists with a different layout than the pipeline declares: {'; '.join(conflicts)}. "
+            "Bronze is append-only: write to new table names (tables.bronze_schema) or migrate it by hand."
+        )
+    for path, data_type in missing:
+        spark.sql(f"ALTER TABLE {name} ADD COLUMNS ({path} {data_type.simpleString()})")
+
+
+def _schema_diff(existing: StructType, wanted: StructType, prefix: str) -> tuple[list[tuple[str, DataType]], list[str]]:
+    """(fields to add, conflicts) turning `existing` into `wanted`; nested structs recurse."""
+    missing: list[tuple[str, DataType]] = []
+    conflicts: list[str] = []
+    have = {f.name: f for f in existing.fields}
+    for f in wanted.fields:
+        path = f"{prefix}`{f.name}`"
+        old = have.get(f.name)
+        if old is None:
+            missing.append((path, f.dataType))
+        elif isinstance(f.dataType, StructType) and isinstance(old.dataType, StructType):
+            sub_missing, sub_conflicts = _schema_diff(old.dataType, f.dataType, path + ".")
+            missing += sub_missing
+            conflicts += sub_conflicts
+        elif old.dataType != f.dataType:
+            conflicts.append(f"{path.replace('`', '')} is {old.dataType.simpleString()}, declared {f.dataType.simpleString()}")
+    return missing, conflicts
+
+
+def _table_version(spark: SparkSession, name: str) -> int:
+    return int(spark.sql(f"DESCRIBE HISTORY {name} LIMIT 1").first()["version"])
+
+
+# --------------------------------------------------------------------------- the streaming runner
+
+
+@dataclass
+class TableReport:
+    """What one source's bronze table received in a run."""
+
+    source: str
+    table: str
+    rows: int = 0  # rows appended to bronze (0 for a replayed batch Delta skipped)
+    quarantined: int = 0  # this topic's records sent to quarantine
+    batches: int = 0  # micro-batches that had records of this topic
+
+
+@dataclass
+class BronzeReport:
+    """The outcome of one `run_bronze` call (per table, and quarantine)."""
+
+    pipeline: str
+    checkpoint: str
+    trigger: str
+    parser: str
+    quarantine_table: str
+    query_id: str | None = None
+    batches: int = 0
+    records: int = 0  # Kafka records read
+    replayed_batches: int = 0  # batches Delta had already committed (restart after a crash)
+    unknown_topic_records: int = 0
+    seconds: float = 0.0
+    tables: dict[str, TableReport] = field(default_factory=dict)
+
+    @property
+    def rows(self) -> int:
+        return sum(t.rows for t in self.tables.values())
+
+    @property
+    def quarantined(self) -> int:
+        return sum(t.quarantined for t in self.tables.values()) + self.unknown_topic_records
+
+    def render(self) -> str:
+        """A small text table for the CLI."""
+        lines = [
+            f"bronze {self.pipeline}: {self.records} records in {self.batches} batches, {self.seconds:.1f}s "
+            f"(parser {self.parser}, trigger {self.trigger}, checkpoint {self.checkpoint})"
+        ]
+        width = max([len(t.table) for t in self.tables.values()] + [len(self.quarantine_table)])
+        lines.append(f"  {'table':<{width}}  {'rows':>9}  {'quarantined':>11}  {'batches':>7}")
+        for t in self.tables.values():
+            lines.append(f"  {t.table:<{width}}  {t.rows:>9}  {t.quarantined:>11}  {t.batches:>7}")
+        lines.append(f"  {self.quarantine_table:<{width}}  {'':>9}  {self.quarantined:>11}  (undeclared topics: {self.unknown_topic_records})")
+        if self.replayed_batches:
+            lines.append(f"  {self.replayed_batches} replayed batch(es): Delta had committed them already; nothing written twice")
+        return "\n".join(lines)
+
+
+def topic_pattern(pipeline: Pipeline) -> str:
+    """The Kafka subscription: every declared topic plus `<prefix>.<schema>.<anything>`.
+
+    The second part catches a table the connector captures but the pipeline does not
+    declare, so its records reach quarantine (visible) instead of being ignored.
+    """
+    family = re.escape(f"{pipeline.kafka.topic_prefix}.{pipeline.kafka.source_schema}.") + r"[^.]+"
+    declared = [re.escape(t) for t in pipeline.topics]
+    return "^(?:" + "|".join(declared + [family]) + ")$"
+
+
+def kafka_stream(spark: SparkSession, pipeline: Pipeline, bootstrap: str, max_offsets_per_trigger: int, undeclared_topics: bool = True) -> DataFrame:
+    """The pipeline's Kafka topics as one streaming DataFrame.
+
+    `failOnDataLoss` stays true: if offsets the checkpoint expects were deleted (retention,
+    a recreated topic) the stream stops loudly rather than skipping records silently.
+    `startingOffsets` applies to the first start only; restarts resume from the checkpoint.
+    """
+    reader = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("startingOffsets", pipeline.kafka.starting_offsets)
+        .option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))
+        .option("failOnDataLoss", "true")
+    )
+    if undeclared_topics:
+        reader = reader.option("subscribePattern", topic_pattern(pipeline))
+    else:
+        reader = reader.option("subscribe", ",".join(pipeline.topics))
+    return reader.load()
+
+
+class _BatchIngest:
+    """The foreachBatch function: one micro-batch of Kafka records -> bronze tables + quarantine."""
+
+    def __init__(self, pipeline: Pipeline, parser: str, report: BronzeReport, say: Callable[[str], None]) -> None:
+        self.pipeline = pipeline
+        self.parser = parser
+        self.report = report
+        self.say = say
+        self.app_id: str | None = None
+        self._bound = threading.Event()
+        self._first_batch = True
+
+    def bind(self, query_id: str) -> None:
+        """The txnAppId: the query id, persisted in the checkpoint (new checkpoint, new id)."""
+        self.app_id = f"cdc-enrich-bronze-{query_id}"
+        self._bound.set()
+
+    def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
+        if not self._bound.wait(timeout=120):
+            raise CdcEnrichError("bronze batch started before the streaming query id was known")
+        spark = batch_df.sparkSession
+        started = time.monotonic()
+        raw = batch_df.select(*KAFKA_COLUMNS).persist()
+        cached: list[DataFrame] = [raw]
+        try:
+            per_topic = {r["topic"]: int(r["count"]) for r in raw.groupBy("topic").count().collect()}
+            total = sum(per_topic.values())
+            if total == 0:
+                return
+            replay_check = self._first_batch
+            written_parts: list[str] = []
+            quarantine_parts: list[DataFrame] = []
+            skipped = 0
+            for source in self.pipeline.sources.values():
+                if not per_topic.get(source.topic):
+                    continue
+                good, bad, good_n, bad_n = self._decode(source, raw.where(F.col("topic") == F.lit(source.topic)), cached)
+                entry = self.report.tables[source.name]
+                entry.batches += 1
+                entry.quarantined += bad_n
+                if bad_n:
+                    quarantine_parts.append(quarantine_rows(source, bad))
+                if good_n:
+                    wrote = self._append(spark, bronze_rows(source, good), bronze_table(self.pipeline, source), batch_id, replay_check)
+                    entry.rows += good_n if wrote else 0
+                    skipped += 0 if wrote else 1
+                    written_parts.append(f"{source.name} +{good_n if wrote else 0}")
+                if bad_n:
+                    written_parts.append(f"{source.name} quarantined {bad_n}")
+            unknown = total - sum(per_topic.get(s.topic, 0) for s in self.pipeline.sources.values())
+            if unknown:
+                quarantine_parts.append(unknown_topic_rows(self.pipeline, raw))
+                self.report.unknown_topic_records += unknown
+                undeclared = sorted(t for t in per_topic if t not in self.pipeline.topics)
+                written_parts.append(f"undeclared topics {', '.join(undeclared)}: quarantined {unknown}")
+            if quarantine_parts:
+                rows = quarantine_parts[0]
+                for part in quarantine_parts[1:]:
+                    rows = rows.unionByName(part)
+                wrote = self._append(spark, rows, quarantine_table(self.pipeline), batch_id, replay_check)
+                skipped += 0 if wrote else 1
+            self._first_batch = False
+            self.report.batches += 1
+            self.report.records += total
+            if skipped:
+                self.report.replayed_batches += 1
+            note = f" (replayed: {skipped} table(s) already had this batch, skipped)" if skipped else ""
+            self.say(
+                f"bronze {self.pipeline.name} batch {batch_id}: {total} records; "
+                f"{'; '.join(written_parts)}{note} ({time.monotonic() - started:.1f}s)"
+            )
+        finally:
+            for df in cached:
+                df.unpersist()
+
+    def _decode(self, source: Source, kafka: DataFrame, cached: list[DataFrame]) -> tuple[DataFrame, DataFrame, int, int]:
+        """(bronze-bound rows, rejected rows, their counts) of one source in this batch."""
+        if self.parser == "python":
+            decoded = decode_python(source, kafka).persist()
+            cached.append(decoded)
+            bad_n = decoded.where(F.col("_reason").isNotNull()).count()
+            return decoded, decoded, decoded.count() - bad_n, bad_n
+        sql = decode_sql(source, kafka).persist()
+        cached.append(sql)
+        counts = {bool(r["_fast"]): int(r["count"]) for r in sql.groupBy("_fast").count().collect()}
+        fast = _fast_rows(sql)
+        if not counts.get(False):
+            return fast, fast.limit(0), counts.get(True, 0), 0
+        slow = decode_python(source, _slow_input(sql)).persist()
+        cached.append(slow)
+        bad_n = slow.where(F.col("_reason").isNotNull()).count()
+        good_n = counts.get(True, 0) + counts[False] - bad_n
+        return fast.unionByName(slow), slow, good_n, bad_n
+
+    def _append(self, spark: SparkSession, rows: DataFrame, table: str, batch_id: int, replay_check: bool) -> bool:
+        """Append idempotently; False when Delta skipped it (this batch id was already written).
+
+        Only the first batch of a run can be a replay, so only then is the table version
+        compared around the write (two small log reads).
+        """
+        before = _table_version(spark, table) if replay_check else None
+        (
+            rows.write.format("delta")
+            .mode("append")
+            .option("txnAppId", self.app_id)
+            .option("txnVersion", batch_id)
+            .saveAsTable(table)
+        )
+        return before is None or _table_version(spark, table) > before
+
+
+def run_bronze(
+    spark: SparkSession,
+    pipeline: Pipeline,
+    lake: Path,
+    bootstrap: str,
+    trigger: str = "available_now",
+    max_offsets_per_trigger: int | None = None,
+    progress: Callable[[str], None] | None = None,
+    *,
+    parser: str = "hybrid",
+    undeclared_topics: bool = True,
+    timeout_s: float | None = None,
+    checkpoint: Path | None = None,
+) -> BronzeReport:
+    """Ingest the pipeline's Debezium topics into bronze with one streaming query.
+
+    `available_now` processes what Kafka holds at start (in batches of at most
+    `max_offsets_per_trigger`, default from the pipeline) and returns; `processing_time`
+    runs every `options.processing_time` until stopped, or for `timeout_s` seconds.
+    `undeclared_topics=False` subscribes to the declared topics only (for a connector that
+    captures tables other pipelines own). Restarting on the same checkpoint resumes where
+    the last committed batch ended; a batch replayed after a crash is not written twice.
+    """
+    _check_choice("trigger", trigger, TRIGGERS)
+    _check_choice("parser", parser, PARSERS)
+    lake = Path(lake)
+    location = Path(checkpoint) if checkpoint else checkpoint_dir(lake, pipeline.name, STREAM)
+    max_offsets = max_offsets_per_trigger or pipeline.kafka.max_offsets_per_trigger
+
+    def say(message: str) -> None:
+        log.info(message)
+        if progress is not None:
+            progress(message)
+
+    ensure_bronze_tables(spark, pipeline)
+    report = BronzeReport(
+        pipeline=pipeline.name, checkpoint=str(location), trigger=trigger, parser=parser,
+        quarantine_table=quarantine_table(pipeline),
+        tables={s.name: TableReport(s.name, bronze_table(pipeline, s)) for s in pipeline.sources.values()},
+    )
+    ingest = _BatchIngest(pipeline, parser, report, say)
+    writer = (
+        kafka_stream(spark, pipeline, bootstrap, max_offsets, undeclared_topics)
+        .writeStream.foreachBatch(ingest)
+        .option("checkpointLocation", str(location))
+        .queryName(f"bronze_{pipeline.name}")
+    )
+    writer = writer.trigger(availableNow=True) if trigger == "available_now" else writer.trigger(processingTime=pipeline.options.processing_time)
+    say(
+        f"bronze {pipeline.name}: {len(pipeline.topics)} topics from {bootstrap}"
+        f"{' (+ undeclared ' + pipeline.kafka.topic_prefix + '.' + pipeline.kafka.source_schema + '.* to quarantine)' if undeclared_topics else ''}, "
+        f"trigger {trigger}, at most {max_offsets} records per batch, checkpoint {location}"
+    )
+    started = time.monotonic()
+    query = writer.start()
+    report.query_id = str(query.id)
+    ingest.bind(report.query_id)
+    try:
+        if trigger == "available_now" or timeout_s is None:
+            query.awaitTermination()
+        else:
+            query.awaitTermination(timeout_s)
+    except Exception as exc:
+        raise CdcEnrichError(
+            f"bronze ingest of pipeline {pipeline.name!r} failed: {exc}. Nothing of the failed batch is "
+            f"lost: rerun to resume from checkpoint {location}."
+        ) from exc
+    finally:
+        if query.isActive:
+            query.stop()
+        report.seconds = time.monotonic() - started
+    say(
+        f"bronze {pipeline.name}: done, {report.records} records in {report.batches} batches, "
+        f"{report.rows} rows to bronze, {report.quarantined} to quarantine ({report.seconds:.1f}s)"
+    )
+    return report

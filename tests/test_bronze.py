@@ -1,0 +1,488 @@
+"""Bronze ingest (lakehouse.bronze) on the real Spark session, real Delta and the real Kafka broker.
+
+- the SQL pass is held to `debezium.decode_record` on valid, odd and fuzzed records;
+- a replayed micro-batch (same txnVersion) writes nothing twice, also after a partial write;
+- fuzzed traffic through Kafka: bronze + quarantine = everything produced, exact coordinates,
+  specific reasons, and a rerun on the same checkpoint adds nothing;
+- kill -9 of the ingest job mid-stream, restart: bronze complete and unique by coordinates;
+- the simulator's workload end to end: the latest bronze version per key is the source truth.
+
+Every test uses its own topic prefix, table schemas and checkpoints (`isolated_pipeline`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from datetime import date, datetime, timedelta, timezone
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from lakehouse import bronze
+from lakehouse.bench_ingest import isolated_pipeline
+from lakehouse.config import Pipeline, Source
+from lakehouse.debezium import UNAVAILABLE
+from lakehouse.tables import bronze_schema, bronze_table, quarantine_schema, quarantine_table
+from test_debezium import REJECTIONS, THINGS, change, decimal_b64, dumps, image_of, key_of, pg_source, thing
+
+REPO = Path(__file__).resolve().parent.parent
+KAFKA_SCHEMA = "key binary, value binary, topic string, partition int, offset long, timestamp timestamp"
+UTC = timezone.utc
+
+
+def _kafka_frame(spark: SparkSession, records: list[tuple[bytes | None, bytes | None, str]]) -> DataFrame:
+    """Rows shaped like Spark's Kafka source, offsets in list order."""
+    ts = datetime(2026, 1, 1)
+    rows = [(k, v, topic, i % 2, i, ts) for i, (k, v, topic) in enumerate(records)]
+    return spark.createDataFrame(rows, KAFKA_SCHEMA)
+
+
+def _tag() -> str:
+    return uuid.uuid4().hex[:8]
+
+
+# --------------------------------------------------------------------------- random valid rows for any source
+
+
+def _random_value(column_type: str, rng: random.Random) -> Any:
+    if column_type in ("bigint", "int", "smallint"):
+        return rng.randint(-30000, 30000)
+    if column_type == "string":
+        return rng.choice(["", "a", "Zoë", "line\nbreak", "\"quoted\"", "x" * 50])
+    if column_type == "boolean":
+        return rng.random() < 0.5
+    if column_type in ("double", "float"):
+        return rng.choice([0.0, 1.5, -2.25, round(rng.uniform(-1e6, 1e6), 3)])
+    if column_type == "timestamp":
+        return datetime(2026, 1, 1, tzinfo=UTC) + timedelta(microseconds=rng.randint(-10**14, 10**14))
+    if column_type == "date":
+        return date(2026, 1, 1) + timedelta(days=rng.randint(-20000, 20000))
+    precision, scale = (int(x) for x in column_type[len("decimal("):-1].split(","))
+    return Decimal(rng.randint(-(10 ** precision) + 1, 10 ** precision - 1)).scaleb(-scale)
+
+
+def _random_row(source: Source, rng: random.Random, key: dict[str, Any]) -> dict[str, Any]:
+    row = {c.name: (None if rng.random() < 0.1 else _random_value(c.type, rng)) for c in source.columns}
+    row.update(key)
+    return row
+
+
+def _valid_records(source: Source, rng: random.Random, count: int, schemas: bool = False) -> list[tuple[bytes | None, bytes | None]]:
+    """Creates, updates, deletes + tombstones of `source`, as Debezium writes them."""
+    out: list[tuple[bytes | None, bytes | None]] = []
+    lsn = 1000
+    for i in range(count):
+        lsn += rng.randint(1, 50)
+        key = {k: (i if source.column(k).type in ("bigint", "int", "smallint") else _random_value(source.column(k).type, rng))
+               for k in source.primary_key}
+        op = rng.choice(["r", "c", "u", "u", "d"])
+        if op == "d":
+            out.append(change(source, "d", before=key, lsn=lsn, schemas=schemas))
+            out.append((key_of(source, key, schemas), None))
+        else:
+            row = _random_row(source, rng, key)
+            toastable = [c.name for c in source.columns if c.type == "string" and c.name not in source.primary_key]
+            if toastable and rng.random() < 0.15:  # PostgreSQL TOASTs text, not numbers
+                row[rng.choice(toastable)] = UNAVAILABLE
+            out.append(change(source, op, after=row, lsn=lsn, schemas=schemas))
+    return out
+
+
+# --------------------------------------------------------------------------- the SQL pass vs decode_record
+
+
+def _junk_records() -> list[tuple[bytes | None, bytes | None]]:
+    """Odd but sometimes valid values in every column, wide decimals, other units, random bytes."""
+    rng = random.Random(7)
+    junk_values = ["abc", "", 1.5, 2**40, -1, 0, True, None, [], {}, "1234", "12.345", "-0.5", "+1", ".5", "1e3",
+                   "2026-01-01", "2026-01-01T00:00:00Z", "2026-01-01T00:00:00", "2026-01-01T01:00:00.5+01:00",
+                   "0001-01-01T00:00:00Z", "AA==", "AQ==", "//8=", "gAAAAAAAAAAA", 1e300, 0.1, 12345678901234567,
+                   0.30000000000000004, 2**53 + 1, -(2**63), 2**63, 10**18, -719162, 2932897, UNAVAILABLE]
+    out: list[tuple[bytes | None, bytes | None]] = []
+    key = key_of(THINGS, {"id": 42})
+    for column in THINGS.columns:
+        for junk in junk_values:
+            after = image_of(THINGS, thing())
+            after[column.name] = junk
+            out.append((key, dumps({"before": None, "after": after, "source": pg_source(), "op": "u", "ts_ms": 1})))
+    for name in ("io.debezium.time.Timestamp", "io.debezium.time.NanoTimestamp", "io.debezium.time.ZonedTimestamp"):
+        out.append(change(THINGS, "c", after=thing(), schemas=True, names={"created_at": name}))
+    wide = image_of(THINGS, thing())
+    wide["big"] = decimal_b64(Decimal(10**30), 0)  # 13 bytes: beyond the SQL pass, exact in Python
+    out.append((key, dumps({"before": None, "after": wide, "source": pg_source(), "op": "c", "ts_ms": 1})))
+    wrapped = json.loads(change(THINGS, "c", after=thing(), schemas=True)[1])
+    wrapped["schema"]["fields"][1]["fields"][3] = "not a field schema"  # malformed Connect schema
+    out.append((key, dumps(wrapped)))
+    out.append((dumps({"schema": None, "payload": {"id": 42}}), change(THINGS, "c", after=thing())[1]))
+    out.append((key, dumps({"schema": {}, "payload": None})))  # wrapped tombstone
+    for _ in range(40):
+        out.append((rng.choice([None, key, rng.randbytes(rng.randint(0, 12))]), rng.choice([None, rng.randbytes(rng.randint(0, 60))])))
+    return out
+
+
+def test_sql_pass_agrees_with_decode_record(spark: SparkSession) -> None:
+    """Hybrid parsing == Python-only parsing on every record; clean Debezium traffic never needs Python."""
+    rng = random.Random(1)
+    standard = _valid_records(THINGS, rng, 60) + _valid_records(THINGS, rng, 30, schemas=True)
+    standard.append(change(THINGS, "t")[0:2])
+    odd = [(k, v) for _, k, v, _ in REJECTIONS if not (v and len(v) > 10_000)] + _junk_records()
+    records = [(k, v, THINGS.topic) for k, v in standard + odd]
+    kafka = _kafka_frame(spark, records).cache()
+
+    sql = bronze.decode_sql(THINGS, kafka).cache()
+    fast = {r["_offset"] for r in sql.where("_fast").select("_offset").collect()}
+    assert set(range(len(standard))) <= fast, "standard Debezium records must all take the SQL path"
+    assert len(fast) < len(records), "the corpus must exercise the Python path too"
+
+    hybrid = bronze.parse_source(THINGS, kafka, "hybrid")
+    python = bronze.decode_python(THINGS, kafka)
+    assert hybrid.count() == python.count() == len(records)
+    difference = hybrid.exceptAll(python).union(python.exceptAll(hybrid))
+    mismatches = difference.select("_offset", "_reason", "_after").collect()
+    assert not mismatches, f"SQL and Python disagree on {len(mismatches)} rows, e.g. {mismatches[:4]}"
+    reasons = [r["_reason"] for r in python.where("_reason is not null").collect()]
+    assert len(reasons) >= len(REJECTIONS) - 1
+    sql.unpersist()
+    kafka.unpersist()
+
+
+def test_parse_batch_layout_and_undeclared_topics(spark: SparkSession, shop_pipeline: Pipeline) -> None:
+    pipeline = isolated_pipeline(shop_pipeline, "layout" + _tag())
+    customers = pipeline.source("customers")
+    row = {"id": 1, "name": "Ada", "email": "a@x", "segment": "smb", "created_at": datetime(2026, 1, 1, tzinfo=UTC)}
+    records = [
+        (*change(customers, "c", after=row), customers.topic),
+        (key_of(customers, {"id": 1}), b"{broken", customers.topic),
+        (b'{"id":1}', b"{}", f"{pipeline.kafka.topic_prefix}.public.ghosts"),
+    ]
+    by_source, quarantine = bronze.parse_batch(pipeline, _kafka_frame(spark, records))
+    assert _layout(by_source["customers"].schema) == _layout(bronze_schema(customers))
+    assert _layout(quarantine.schema) == _layout(quarantine_schema())
+    rows = by_source["customers"].collect()
+    assert len(rows) == 1 and rows[0]["_after"]["name"] == "Ada" and rows[0]["_kafka_ts"] is not None
+    reasons = sorted((r["source"], r["reason"]) for r in quarantine.collect())
+    assert reasons == [
+        (None, f"topic '{pipeline.kafka.topic_prefix}.public.ghosts' is declared by no source of pipeline '{pipeline.name}'"),
+        ("customers", "value is not valid JSON: Expecting property name enclosed in double quotes at character 1 (7 bytes)"),
+    ]
+
+
+def _layout(schema: Any) -> list[tuple[str, Any]]:
+    """Names and types (a projection may loosen top-level nullability; Delta enforces the table's)."""
+    return [(f.name, f.dataType) for f in schema.fields]
+
+
+# --------------------------------------------------------------------------- idempotent micro-batches
+
+
+def test_replayed_batch_writes_nothing_twice(spark: SparkSession, shop_pipeline: Pipeline) -> None:
+    """The foreachBatch function itself: same batch id again (even after a partial write) adds nothing."""
+    pipeline = isolated_pipeline(shop_pipeline, "replay" + _tag())
+    rng = random.Random(3)
+    records = []
+    for source in pipeline.sources.values():
+        records += [(k, v, source.topic) for k, v in _valid_records(source, rng, 8)]
+    records.append((b"junk", b"junk", pipeline.source("orders").topic))
+    batch = _kafka_frame(spark, records)
+    bronze.ensure_bronze_tables(spark, pipeline)
+
+    def fresh_report() -> bronze.BronzeReport:
+        return bronze.BronzeReport(pipeline.name, "-", "available_now", "hybrid", quarantine_table(pipeline),
+                                   tables={s.name: bronze.TableReport(s.name, bronze_table(pipeline, s)) for s in pipeline.sources.values()})
+
+    def run(batch_id: int, query_id: str = "q1") -> bronze.BronzeReport:
+        """A fresh `_BatchIngest` per call: each call is the first batch of a (re)started run."""
+        report = fresh_report()
+        ingest = bronze._BatchIngest(pipeline, "hybrid", report, lambda _m: None)
+        ingest.bind(query_id)
+        ingest(batch, batch_id)
+        return report
+
+    def counts() -> dict[str, int]:
+        out = {s.name: spark.table(bronze_table(pipeline, s)).count() for s in pipeline.sources.values()}
+        out["_quarantine"] = spark.table(quarantine_table(pipeline)).count()
+        return out
+
+    first = run(0)
+    after_first = counts()
+    assert sum(after_first.values()) == len(records)
+    assert after_first["_quarantine"] == 1 and first.quarantined == 1 and first.rows == len(records) - 1
+
+    again = run(0)  # a restart replays batch 0
+    assert counts() == after_first
+    assert again.rows == 0 and again.replayed_batches == 1
+
+    # crash in batch 1 after only the customers table was written, then the replay
+    customers = pipeline.source("customers")
+    ingest = bronze._BatchIngest(pipeline, "hybrid", fresh_report(), lambda _m: None)
+    ingest.bind("q1")
+    partial = bronze.bronze_rows(customers, bronze.parse_source(customers, batch.where(F.col("topic") == customers.topic)))
+    assert ingest._append(spark, partial, bronze_table(pipeline, customers), 1, replay_check=True)
+    replay = run(1)
+    final = counts()
+    assert final == {name: 2 * n for name, n in after_first.items()}
+    assert replay.tables["customers"].rows == 0 and replay.tables["orders"].rows == after_first["orders"]
+
+    fresh_checkpoint = run(0, query_id="q2")  # a new checkpoint (new query id) is new data
+    assert fresh_checkpoint.rows == len(records) - 1
+
+
+# --------------------------------------------------------------------------- through Kafka
+
+
+def _produce(bootstrap: str, records: list[tuple[str, bytes | None, bytes | None]]) -> list[tuple[str, int, int]]:
+    """Produce in order; returns each record's (topic, partition, offset)."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all", "linger.ms": 5})
+    coordinates: list[Any] = [None] * len(records)
+
+    def delivered(index: int):  # noqa: ANN202
+        def callback(err: Any, msg: Any) -> None:
+            assert err is None, err
+            coordinates[index] = (msg.topic(), msg.partition(), msg.offset())
+        return callback
+
+    for i, (topic, key, value) in enumerate(records):
+        producer.produce(topic, key=key, value=value, on_delivery=delivered(i))
+        producer.poll(0)
+    assert producer.flush(60) == 0
+    assert all(coordinates)
+    return coordinates
+
+
+def _fuzz(pipeline: Pipeline, rng: random.Random) -> list[tuple[str, bytes | None, bytes | None, str | None]]:
+    """Valid traffic with malformed records mixed in: (topic, key, value, expected reason or None)."""
+    out: list[tuple[str, bytes | None, bytes | None, str | None]] = []
+    for source in pipeline.sources.values():
+        out += [(source.topic, k, v, None) for k, v in _valid_records(source, rng, 25, schemas=rng.random() < 0.5)]
+    products = pipeline.source("products")
+    row = {"id": 5, "sku": "S", "title": "T", "price": Decimal("9.99"), "description": "D"}
+    key, value = change(products, "c", after=row)
+    envelope = json.loads(value)
+
+    def edited(**changes: Any) -> bytes:
+        return dumps({**envelope, **changes})
+
+    def after(**changes: Any) -> bytes:
+        return edited(after={**envelope["after"], **changes})
+
+    t = products.topic
+    bad = [
+        (t, key, b"\xff\xfe" + rng.randbytes(48), "value is not UTF-8 text: invalid byte at position 0"),
+        (t, key, value[: len(value) // 2], "value is not valid JSON"),
+        (t, key, after(price="abc"), "value.after.price: 'abc' is not a decimal(10,2)"),
+        (t, key, after(price=decimal_b64(Decimal("123456789.00"), 2)), "does not fit decimal(10,2)"),
+        (t, key, after(id="5"), "value.after.id: '5' is not a bigint"),
+        (t, key, edited(op="z"), "value.op: 'z' is not a Debezium operation"),
+        (t, key, edited(op=None), "value.op is missing"),
+        (t, key, edited(source={"ts_ms": 1}), "value.source.lsn is missing"),
+        (t, b'{"id":6}', value, "key does not match value.after: key.id = 6 but value.after.id = 5"),
+        (t, b'{"sku":"S"}', value, "key: fields do not match the primary key (id): missing id; unexpected sku"),
+        (t, None, None, "tombstone (null value) with a null key"),
+        (f"{pipeline.kafka.topic_prefix}.{pipeline.kafka.source_schema}.ghosts", key, value,
+         f"topic '{pipeline.kafka.topic_prefix}.{pipeline.kafka.source_schema}.ghosts' is declared by no source"),
+    ]
+    for record in bad:
+        out.insert(rng.randint(0, len(out)), record)
+    return out
+
+
+def _create_topics(bootstrap: str, pipeline: Pipeline, extra: tuple[str, ...] = ()) -> None:
+    from lakehouse.stack import create_topics
+
+    topics = list(pipeline.topics) + list(extra)
+    create_topics(bootstrap, topics[:1], partitions=2)  # one topic with two partitions
+    create_topics(bootstrap, topics[1:], partitions=1)
+
+
+def _table_rows(spark: SparkSession, name: str, columns: list[str]) -> list[tuple]:
+    return [tuple(r) for r in spark.table(name).select(*columns).collect()]
+
+
+@pytest.mark.kafka
+def test_fuzzed_traffic_through_kafka_bronze_plus_quarantine_is_everything(spark: SparkSession, shop_pipeline: Pipeline, kafka_bootstrap: str, lake: Path) -> None:
+    pipeline = isolated_pipeline(shop_pipeline, "fuzz" + _tag())
+    rng = random.Random(11)
+    records = _fuzz(pipeline, rng)
+    ghost = f"{pipeline.kafka.topic_prefix}.{pipeline.kafka.source_schema}.ghosts"
+    outside = f"{pipeline.kafka.topic_prefix}.other"  # not <prefix>.<schema>.*: never subscribed
+    _create_topics(kafka_bootstrap, pipeline, (ghost, outside))
+    coordinates = _produce(kafka_bootstrap, [(t, k, v) for t, k, v, _ in records] + [(outside, b"x", b"y")])[:-1]
+    expected_bad = {c: reason for c, (_, _, _, reason) in zip(coordinates, records) if reason}
+    expected_good = {c for c, (_, _, _, reason) in zip(coordinates, records) if not reason}
+
+    messages: list[str] = []
+    report = bronze.run_bronze(spark, pipeline, lake, kafka_bootstrap, max_offsets_per_trigger=120, progress=messages.append)
+
+    good = _table_rows_all(spark, pipeline)
+    quarantined = {(r["topic"], r["partition"], r["offset"]): r["reason"]
+                   for r in spark.table(quarantine_table(pipeline)).collect()}
+    assert len(good) == len(set(good)), "bronze must be unique by (topic, partition, offset)"
+    assert set(good) == expected_good
+    assert set(quarantined) == set(expected_bad)
+    for coordinate, reason in quarantined.items():
+        assert expected_bad[coordinate] in reason, (reason, expected_bad[coordinate])
+    assert report.records == len(records) and report.rows == len(expected_good) and report.quarantined == len(expected_bad)
+    assert report.batches >= 2 and report.unknown_topic_records == 1
+    assert report.tables["products"].quarantined == len(expected_bad) - 1
+    assert any(f"batch {report.batches - 1}:" in m for m in messages) and "quarantine" in report.render()
+
+    again = bronze.run_bronze(spark, pipeline, lake, kafka_bootstrap)  # same checkpoint: nothing new
+    assert again.records == 0 and again.rows == 0
+    assert len(_table_rows_all(spark, pipeline)) == len(expected_good)
+    assert spark.table(quarantine_table(pipeline)).count() == len(expected_bad)
+
+
+def _table_rows_all(spark: SparkSession, pipeline: Pipeline) -> list[tuple]:
+    rows: list[tuple] = []
+    for source in pipeline.sources.values():
+        rows += _table_rows(spark, bronze_table(pipeline, source), ["_topic", "_partition", "_offset"])
+    return rows
+
+
+# --------------------------------------------------------------------------- kill -9 and restart
+
+
+def _pipeline_file(shop_pipeline: Pipeline, directory: Path, tag: str) -> tuple[Path, Pipeline]:
+    """A copy of the shop pipeline file with its own name, topic prefix and schemas."""
+    from lakehouse.config import load_pipeline
+
+    raw = yaml.safe_load((REPO / "schemas" / "shop" / "pipeline.yml").read_text())
+    raw["name"] = f"shop_{tag}"
+    raw["kafka"]["topic_prefix"] = f"shop-{tag}"
+    for layer in ("bronze", "silver", "gold", "quality"):
+        raw["tables"][f"{layer}_schema"] = f"shop_{tag}_{layer}"
+    path = directory / "pipeline.yml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path, load_pipeline(path)
+
+
+def _job(pipeline_file: Path, lake: Path, bootstrap: str, max_offsets: int, log: Path) -> subprocess.Popen:
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    return subprocess.Popen(
+        [sys.executable, "-m", "jobs.bronze_ingest", "--pipeline", str(pipeline_file), "--lake", str(lake),
+         "--bootstrap", bootstrap, "--trigger", "available_now", "--max-offsets", str(max_offsets)],
+        cwd=REPO, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True,
+    )
+
+
+@pytest.mark.kafka
+def test_kill_dash_9_mid_stream_then_restart_is_complete_and_unique(spark: SparkSession, shop_pipeline: Pipeline, kafka_bootstrap: str, tmp_path: Path) -> None:
+    tag = "crash" + _tag()
+    pipeline_file, pipeline = _pipeline_file(shop_pipeline, tmp_path, tag)
+    job_lake = tmp_path / "lake"  # its own metastore: the test session holds the shared one
+    rng = random.Random(5)
+    records = []
+    for source in pipeline.sources.values():
+        records += [(source.topic, k, v) for k, v in _valid_records(source, rng, 40)]
+    rng.shuffle(records)
+    records.insert(17, (pipeline.source("orders").topic, b'{"id":1}', b"not json"))
+    _create_topics(kafka_bootstrap, pipeline)
+    coordinates = _produce(kafka_bootstrap, records)
+
+    checkpoint = job_lake / "checkpoints" / pipeline.name / "bronze"
+    first = _job(pipeline_file, job_lake, kafka_bootstrap, 25, tmp_path / "first.log")
+    deadline = time.monotonic() + 300
+    try:
+        while not ((checkpoint / "commits" / "0").exists() and (checkpoint / "offsets" / "1").exists()):
+            assert first.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, "the first batch never committed"
+            time.sleep(0.05)
+        time.sleep(rng.uniform(0.0, 1.5))  # somewhere inside batch 1 (or just after it)
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)  # the job, its Python workers and its Spark JVM
+        first.wait(30)
+    committed = sorted(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
+    planned = len(records) // 25 + 1
+    assert committed[-1] < planned - 1, "the job had already finished; nothing was interrupted"
+
+    second = _job(pipeline_file, job_lake, kafka_bootstrap, 25, tmp_path / "second.log")
+    try:
+        assert second.wait(400) == 0, (tmp_path / "second.log").read_text()[-3000:]
+    finally:
+        if second.poll() is None:
+            os.killpg(second.pid, signal.SIGKILL)
+    log_text = (tmp_path / "second.log").read_text()
+    assert "done" in log_text
+
+    warehouse = job_lake / "warehouse"
+    good: list[tuple] = []
+    for source in pipeline.sources.values():
+        path = warehouse / f"{pipeline.tables.bronze_schema}.db" / source.name
+        good += [tuple(r) for r in spark.read.format("delta").load(str(path)).select("_topic", "_partition", "_offset").collect()]
+    bad = spark.read.format("delta").load(str(warehouse / f"{pipeline.tables.bronze_schema}.db" / "_quarantine")).collect()
+    assert len(good) == len(set(good)), f"duplicates after restart: {[c for c, n in Counter(good).items() if n > 1][:5]}"
+    assert set(good) | {(r["topic"], r["partition"], r["offset"]) for r in bad} == set(coordinates)
+    assert len(bad) == 1 and "value is not valid JSON" in bad[0]["reason"]
+
+
+# --------------------------------------------------------------------------- the simulator, end to end
+
+
+def _latest_by_key(rows: list[Any], source: Source) -> dict[tuple, dict[str, Any]]:
+    """What bronze says each table holds: per key the latest by sequence, TOAST gaps filled from earlier versions."""
+    state: dict[tuple, dict[str, Any] | None] = {}
+    for row in sorted((r for r in rows if r["_sequence"] is not None), key=lambda r: r["_sequence"]):
+        key = tuple(row["_key"][k] for k in source.primary_key)
+        if row["_op"] == "d":
+            state[key] = None
+            continue
+        if row["_op"] not in ("c", "r", "u"):
+            continue
+        image = row["_after"].asDict()
+        for column in (row["_unavailable_columns"] or "").split(","):
+            if column:
+                image[column] = (state.get(key) or {}).get(column)
+        state[key] = image
+    return {k: v for k, v in state.items() if v is not None}
+
+
+def _plain(value: Any) -> Any:
+    """Datetimes as naive UTC: Spark hands back naive local time, the simulator aware UTC."""
+    if isinstance(value, datetime):
+        return value.astimezone(UTC).replace(tzinfo=None)
+    return value
+
+
+@pytest.mark.kafka
+def test_simulated_workload_end_to_end(spark: SparkSession, shop_pipeline: Pipeline, kafka_bootstrap: str, lake: Path) -> None:
+    simulator = pytest.importorskip("lakehouse.simulator", reason="lakehouse/simulator.py is not there yet")
+    pipeline = isolated_pipeline(shop_pipeline, "sim" + _tag())
+    sim = simulator.simulate(pipeline, seed=4, events=300, schemas_enabled=True)
+    produced = simulator.produce(sim.records, kafka_bootstrap)
+    report = bronze.run_bronze(spark, pipeline, lake, kafka_bootstrap)
+    assert report.records == produced and report.quarantined == 0
+    per_topic = Counter(r.topic for r in sim.records)
+    for source in pipeline.sources.values():
+        rows = spark.table(bronze_table(pipeline, source)).collect()
+        assert len(rows) == per_topic[source.topic]
+        latest = _latest_by_key(rows, source)
+        truth = {tuple(r[k] for k in source.primary_key): r for r in sim.truth[source.name]}
+        assert set(latest) == set(truth), source.name
+        for key, row in truth.items():
+            assert {c: _plain(v) for c, v in latest[key].items()} == {c: _plain(v) for c, v in row.items()}, (source.name, key)
+
+
+def test_bench_smoke(spark: SparkSession, shop_pipeline: Pipeline, kafka_bootstrap: str, lake: Path) -> None:
+    pytest.importorskip("lakehouse.simulator", reason="the benchmark produces simulated events")
+    from lakehouse.bench_ingest import bench_ingest
+
+    result = bench_ingest(spark, shop_pipeline, lake, kafka_bootstrap, events=150)
+    assert result["records"] > 150
+    for key in ("raw_seconds", "raw_events_per_s", "ingest_seconds", "ingest_events_per_s", "ratio"):
+        assert result[key] > 0, key
+    assert result["hybrid_quarantined"] == 0

@@ -1,0 +1,402 @@
+"""Gold views: the pure pieces (plan, subscriptions, key walk, join), the MERGE guard, and runs.
+
+Silver current tables are maintained here by `lakehouse.oracle.apply_silver_changes` (latest by
+sequence wins, deletes kept as `_deleted` rows, CDF on), so gold is tested without the
+streaming silver stage. Every test uses its own schemas.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from pyspark.sql import functions as F
+
+from lakehouse.config import Pipeline, parse_pipeline
+from lakehouse.gold import (
+    affected_base_keys,
+    ensure_gold_table,
+    gold_merge_source,
+    join_view,
+    merge_into_gold,
+    run_gold,
+    subscription_updates,
+    view_plan,
+)
+from lakehouse.oracle import Change, apply_silver_changes, create_silver_current, oracle_sql, oracle_view, silver_live_state
+from lakehouse.paths import checkpoint_dir
+from lakehouse.tables import gold_table, silver_current_table, subscription_table
+from lakehouse.verify import diff_frames, verify_pipeline
+
+
+def variant(pipeline: Pipeline, name: str | None = None) -> Pipeline:
+    """The same pipeline in fresh silver/gold schemas (and its own checkpoints)."""
+    token = name or uuid.uuid4().hex[:6]
+    tables = dataclasses.replace(pipeline.tables, silver_schema=f"g_{token}_silver", gold_schema=f"g_{token}_gold")
+    return dataclasses.replace(pipeline, name=f"{pipeline.name}_{token}", tables=tables)
+
+
+def create_silver(spark, pipeline: Pipeline) -> None:
+    for view in pipeline.views.values():
+        for alias in view.aliases:
+            create_silver_current(spark, pipeline, pipeline.source(view.table_of(alias)))
+
+
+def apply(spark, pipeline: Pipeline, source: str, *changes: Change, physical_delete: bool = False) -> None:
+    apply_silver_changes(spark, pipeline, pipeline.source(source), list(changes), physical_delete=physical_delete)
+
+
+def assert_gold_equals_oracle(spark, pipeline: Pipeline, views=None) -> None:
+    state = silver_live_state(spark, pipeline)
+    for name in views or pipeline.views:
+        plan = view_plan(pipeline, name)
+        diff = diff_frames(
+            oracle_view(spark, pipeline, name, state),
+            spark.table(gold_table(pipeline, name)),
+            plan.key_columns,
+            plan.output_columns,
+        )
+        assert diff.ok, f"{name}: {diff}"
+
+
+def gold_changes(spark, table: str, after: int = -1) -> list[dict]:
+    latest = int(spark.sql(f"DESCRIBE HISTORY {table} LIMIT 1").collect()[0]["version"])
+    if latest <= after:
+        return []
+    df = spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", after + 1).table(table)
+    return [r.asDict() for r in df.orderBy("_commit_version").collect()]
+
+
+def table_version(spark, table: str) -> int:
+    return int(spark.sql(f"DESCRIBE HISTORY {table} LIMIT 1").collect()[0]["version"])
+
+
+# --------------------------------------------------------------------------- the plan and the oracle (no Spark jobs)
+
+
+def test_view_plan_of_the_chain_view(shop_pipeline: Pipeline):
+    plan = view_plan(shop_pipeline, "order_items_enriched")
+    assert [a.alias for a in plan.aliases] == ["order_items", "ord", "customer", "product"]
+    assert plan.key_columns == ("order_id", "line_no")
+    assert [(s.name, f.name) for s, f in plan.relations] == [
+        ("order_items", "order"),
+        ("orders", "customer"),
+        ("order_items", "product"),
+    ]
+    # an alias's lineage hash covers what the view reads of it: key, selected and join columns
+    assert plan.alias("ord").used == ("id", "customer_id", "status")
+    assert plan.alias("customer").used == ("id", "name")
+    assert plan.gold_columns[-9:] == (
+        "_order_items_hash", "_order_items_seq", "_ord_hash", "_ord_seq",
+        "_customer_hash", "_customer_seq", "_product_hash", "_product_seq", "_row_hash",
+    )
+
+
+def test_oracle_is_the_plain_sql_join(shop_pipeline: Pipeline):
+    sql = oracle_sql(shop_pipeline, "order_items_enriched", {s: f"state_{s}" for s in shop_pipeline.sources})
+    assert "FROM state_order_items AS `order_items`" in sql
+    assert "JOIN state_orders AS `ord` ON `ord`.`id` = `order_items`.`order_id`" in sql
+    assert "LEFT JOIN state_customers AS `customer` ON `customer`.`id` = `ord`.`customer_id`" in sql
+    assert "LEFT JOIN state_products AS `product` ON `product`.`id` = `order_items`.`product_id`" in sql
+    assert sql.index("`ord`") < sql.index("`customer` ON")  # declared order: a chain reads left to right
+
+
+# --------------------------------------------------------------------------- pure DataFrame functions
+
+
+def test_subscription_updates_follow_fk_changes_deletes_and_null_fks(spark, shop_pipeline: Pipeline):
+    orders = shop_pipeline.source("orders")
+    fk = orders.foreign_key("customer")
+    schema = "_change_type string, _commit_version long, id bigint, customer_id bigint, _row_hash string, _sequence decimal(38,0), _deleted boolean"
+    rows = [
+        # order 1 moves from customer 10 to 11 in a later commit: the newest wins
+        ("insert", 1, 1, 10, "h1", Decimal(5), False),
+        ("update_preimage", 2, 1, 10, "h1", Decimal(5), False),
+        ("update_postimage", 2, 1, 11, "h2", Decimal(6), False),
+        # order 2 is deleted (silver keeps the key, `_deleted`): it subscribes to nothing
+        ("update_postimage", 3, 2, None, None, Decimal(9), True),
+        # order 3 has a null fk: it subscribes to nothing
+        ("insert", 3, 3, None, "h3", Decimal(7), False),
+        # order 4 was physically deleted (a real CDF delete row)
+        ("delete", 4, 4, 12, "h4", Decimal(8), False),
+    ]
+    got = {
+        r["id"]: (r["customer_id"], r["_sequence"], r["_remove"])
+        for r in subscription_updates(spark.createDataFrame(rows, schema), orders, fk).collect()
+    }
+    assert got == {1: (11, 6, False), 2: (None, 9, True), 3: (None, 7, True), 4: (12, 8, True)}
+
+
+def test_a_change_two_hops_away_finds_the_base_keys_through_subscriptions(spark, shop_pipeline: Pipeline):
+    plan = view_plan(shop_pipeline, "order_items_enriched")
+    subs = {
+        ("order_items", "order"): spark.createDataFrame([(100, 1), (100, 2), (101, 1), (102, 1)], "order_id bigint, line_no int"),
+        ("orders", "customer"): spark.createDataFrame([(7, 100), (7, 101), (8, 102)], "customer_id bigint, id bigint"),
+        ("order_items", "product"): spark.createDataFrame([(55, 102, 1)], "product_id bigint, order_id bigint, line_no int"),
+    }
+    lookup = lambda left, fk: subs[(left.name, fk.name)]  # noqa: E731
+    customer_changed = {"customers": spark.createDataFrame([(7,)], "id bigint")}
+    keys = affected_base_keys(plan, customer_changed, lookup)
+    assert sorted(tuple(r) for r in keys.collect()) == [(100, 1), (100, 2), (101, 1)]
+    several = {
+        "products": spark.createDataFrame([(55,)], "id bigint"),
+        "order_items": spark.createDataFrame([(999, 9)], "order_id bigint, line_no int"),
+        "orders": spark.createDataFrame([(101,)], "id bigint"),
+    }
+    keys = affected_base_keys(plan, several, lookup)
+    assert sorted(tuple(r) for r in keys.collect()) == [(101, 1), (102, 1), (999, 9)]
+    assert affected_base_keys(view_plan(shop_pipeline, "orders_enriched"), {"products": several["products"]}, lookup) is None
+
+
+PK_JOINS = """
+name: pkj
+sources:
+  a: {{primary_key: [id], columns: {{id: bigint, x: string, b_id: bigint}}, foreign_keys: {{b: {{columns: [b_id], references: b}}}}}}
+  b: {{primary_key: [id], columns: {{id: bigint, y: string}}}}
+  c: {{primary_key: [id], columns: {{id: bigint, z: string}}}}
+views:
+  v:
+    base: a
+    joins:
+      - {{alias: c, table: c, "on": primary_key, type: {kind}}}  # quoted: YAML 1.1 reads a bare `on` as true
+      - {{alias: b, via: a.b, type: left}}
+    columns: {{id: a.id, x: a.x, z: c.z, y: b.y}}
+"""
+
+
+@pytest.mark.parametrize(
+    "kind, expected",
+    [
+        ("inner", [(1, "a1", "c1", "b1")]),
+        ("left", [(1, "a1", "c1", "b1"), (2, "a2", None, None)]),
+        # a right-only key is a row too (KIP-77 outer join), keyed by the right side's key
+        ("outer", [(1, "a1", "c1", "b1"), (2, "a2", None, None), (3, None, "c3", None)]),
+    ],
+)
+def test_primary_key_joins_inner_left_outer_equal_the_sql_join(spark, kind: str, expected: list):
+    pipeline = parse_pipeline(PK_JOINS.format(kind=kind))
+    state = {
+        "a": spark.createDataFrame([(1, "a1", 10, Decimal(1)), (2, "a2", None, Decimal(1))], "id bigint, x string, b_id bigint, _sequence decimal(38,0)"),
+        "b": spark.createDataFrame([(10, "b1", Decimal(1))], "id bigint, y string, _sequence decimal(38,0)"),
+        "c": spark.createDataFrame([(1, "c1", Decimal(1)), (3, "c3", Decimal(1))], "id bigint, z string, _sequence decimal(38,0)"),
+    }
+    plan = view_plan(pipeline, "v")
+    full = sorted(tuple(r) for r in join_view(plan, state).select(*plan.output_columns).collect())
+    oracle = sorted(tuple(r) for r in oracle_view(spark, pipeline, "v", state).collect())
+    assert full == oracle == expected
+    only_3 = join_view(plan, state, spark.createDataFrame([(3,)], "id bigint")).select(*plan.output_columns).collect()
+    assert [tuple(r) for r in only_3] == [e for e in expected if e[0] == 3]
+
+
+# --------------------------------------------------------------------------- the MERGE and its hash check
+
+
+def test_a_gold_row_is_never_replaced_by_one_built_from_an_older_base_version(spark, shop_pipeline: Pipeline):
+    """The hash check: results computed from order v2 then (late) from v1; gold keeps v2's."""
+    pipeline = variant(shop_pipeline)
+    spark.sql(f"CREATE SCHEMA IF NOT EXISTS {pipeline.tables.gold_schema}")
+    plan = view_plan(pipeline, "orders_enriched")
+    table = ensure_gold_table(spark, pipeline, plan)
+    orders = "id bigint, customer_id bigint, status string, order_date date, total decimal(12,2), _sequence decimal(38,0)"
+    customers = spark.createDataFrame([(7, "ann", "b2b", Decimal(1))], "id bigint, name string, segment string, _sequence decimal(38,0)")
+    keys = spark.createDataFrame([(1,)], "id bigint")
+
+    def built_from(status: str | None, seq: int):
+        live = spark.createDataFrame([] if status is None else [(1, 7, status, None, None, Decimal(seq))], orders)
+        current = spark.createDataFrame([(1, 7, status, None, None, Decimal(seq))], orders).withColumn("_deleted", F.lit(status is None))
+        result = join_view(plan, {"orders": live, "customers": customers}, keys)
+        return gold_merge_source(plan, keys, result, current)
+
+    assert merge_into_gold(spark, table, plan, built_from("shipped", 20))["inserted"] == 1
+    stale = merge_into_gold(spark, table, plan, built_from("new", 10))  # v1's result arrives late
+    assert stale == {"inserted": 0, "updated": 0, "deleted": 0}
+    stale_delete = merge_into_gold(spark, table, plan, built_from(None, 15))  # a delete older than v2
+    assert stale_delete["deleted"] == 0
+    row = spark.table(table).collect()[0]
+    assert (row["status"], row["_orders_seq"]) == ("shipped", 20)
+    assert merge_into_gold(spark, table, plan, built_from("delivered", 30))["updated"] == 1
+    assert merge_into_gold(spark, table, plan, built_from(None, 40))["deleted"] == 1
+
+
+def test_gold_change_feed_carries_only_real_changes(spark, lake: Path, shop_pipeline: Pipeline):
+    """Re-delivered versions, changes to unread columns, and deletes of absent rows emit nothing."""
+    pipeline = variant(shop_pipeline)
+    create_silver(spark, pipeline)
+    apply(spark, pipeline, "customers", Change({"id": 1, "name": "ann", "email": "a@x", "segment": "b2b"}, 10))
+    apply(spark, pipeline, "orders", Change({"id": 100, "customer_id": 1, "status": "new"}, 11),
+          Change({"id": 101, "customer_id": None, "status": "new"}, 12))
+    run_gold(spark, pipeline, lake, views=["orders_enriched"])
+    table = gold_table(pipeline, "orders_enriched")
+    before = table_version(spark, table)
+    # no real change: the email (not read by the view), a newer sequence with the same content,
+    # a delete of an order that never existed, a duplicate
+    apply(spark, pipeline, "customers", Change({"id": 1, "name": "ann", "email": "ann@x", "segment": "b2b"}, 20))
+    apply(spark, pipeline, "orders", Change({"id": 100, "customer_id": 1, "status": "new"}, 21),
+          Change(None, 22, key={"id": 555}))
+    apply(spark, pipeline, "orders", Change({"id": 101, "customer_id": None, "status": "new"}, 12))
+    report = run_gold(spark, pipeline, lake, views=["orders_enriched"])
+    assert report.views["orders_enriched"].affected_keys == 2  # order 100 (itself, and via customer 1), order 555
+    assert gold_changes(spark, table, before) == []
+    # a real change emits exactly one update, with a different image
+    apply(spark, pipeline, "customers", Change({"id": 1, "name": "Ann", "email": "ann@x", "segment": "b2b"}, 30))
+    run_gold(spark, pipeline, lake, views=["orders_enriched"])
+    changes = gold_changes(spark, table, before)
+    assert [c["_change_type"] for c in changes] == ["update_preimage", "update_postimage"]
+    assert (changes[0]["customer_name"], changes[1]["customer_name"]) == ("ann", "Ann")
+    assert_gold_equals_oracle(spark, pipeline, ["orders_enriched"])
+
+
+def test_deleting_parents_and_children_inner_and_left(spark, lake: Path, shop_pipeline: Pipeline):
+    """A deleted right row nulls left-join columns and removes inner-join rows; a deleted left row
+    removes its row; a re-created parent is found again by its subscribed children."""
+    pipeline = variant(shop_pipeline)
+    create_silver(spark, pipeline)
+    apply(spark, pipeline, "customers", Change({"id": 1, "name": "ann"}, 1))
+    apply(spark, pipeline, "orders", Change({"id": 10, "customer_id": 1, "status": "new"}, 2),
+          Change({"id": 11, "customer_id": 1, "status": "new"}, 3))
+    apply(spark, pipeline, "order_items", Change({"order_id": 10, "line_no": 1, "quantity": 1}, 4),
+          Change({"order_id": 11, "line_no": 1, "quantity": 2}, 5))
+    run_gold(spark, pipeline, lake)
+    apply(spark, pipeline, "customers", Change(None, 6, key={"id": 1}))
+    apply(spark, pipeline, "orders", Change(None, 7, key={"id": 11}))
+    run_gold(spark, pipeline, lake)
+    orders = {r["order_id"]: r["customer_name"] for r in spark.table(gold_table(pipeline, "orders_enriched")).collect()}
+    assert orders == {10: None}  # left join: the customer's columns are nulled; order 11 is gone
+    items = [(r["order_id"], r["customer_name"]) for r in spark.table(gold_table(pipeline, "order_items_enriched")).collect()]
+    assert items == [(10, None)]  # inner join to orders: item (11,1) is gone with its order
+    apply(spark, pipeline, "customers", Change({"id": 1, "name": "ann again"}, 8))
+    apply(spark, pipeline, "orders", Change({"id": 11, "customer_id": 1, "status": "back"}, 9))
+    run_gold(spark, pipeline, lake)
+    items = sorted((r["order_id"], r["customer_name"]) for r in spark.table(gold_table(pipeline, "order_items_enriched")).collect())
+    assert items == [(10, "ann again"), (11, "ann again")]
+    assert_gold_equals_oracle(spark, pipeline)
+
+
+def test_physical_deletes_in_silver_change_feed_are_handled(spark, lake: Path, shop_pipeline: Pipeline):
+    """Silver keeps deleted keys, but a real CDF `delete` row must work the same way."""
+    pipeline = variant(shop_pipeline)
+    create_silver(spark, pipeline)
+    apply(spark, pipeline, "customers", Change({"id": 1, "name": "ann"}, 1))
+    apply(spark, pipeline, "orders", Change({"id": 10, "customer_id": 1, "status": "new"}, 2),
+          Change({"id": 11, "customer_id": 1, "status": "new"}, 3))
+    run_gold(spark, pipeline, lake, views=["orders_enriched"])
+    apply(spark, pipeline, "customers", Change(None, 4, key={"id": 1}), physical_delete=True)
+    apply(spark, pipeline, "orders", Change(None, 5, key={"id": 11}), physical_delete=True)
+    run_gold(spark, pipeline, lake, views=["orders_enriched"])
+    rows = [(r["order_id"], r["customer_name"]) for r in spark.table(gold_table(pipeline, "orders_enriched")).collect()]
+    assert rows == [(10, None)]
+    subs = [tuple(r) for r in spark.table(subscription_table(pipeline, pipeline.source("orders"), "customer")).select("customer_id", "id").collect()]
+    assert subs == [(1, 10)]  # order 11's subscription left with it; order 10's stays for a new customer 1
+
+
+# --------------------------------------------------------------------------- runs: checkpoints, replays, verify, job
+
+
+def test_runs_are_idempotent_and_a_replayed_batch_writes_nothing_twice(spark, lake: Path, shop_pipeline: Pipeline):
+    pipeline = variant(shop_pipeline)
+    create_silver(spark, pipeline)
+    apply(spark, pipeline, "customers", Change({"id": 1, "name": "ann"}, 1))
+    apply(spark, pipeline, "orders", Change({"id": 10, "customer_id": 1, "status": "new"}, 2))
+    first = run_gold(spark, pipeline, lake, views=["orders_enriched"])
+    assert first.views["orders_enriched"].inserted == 1
+    table = gold_table(pipeline, "orders_enriched")
+    sub = subscription_table(pipeline, pipeline.source("orders"), "customer")
+    versions = (table_version(spark, table), table_version(spark, sub))
+    again = run_gold(spark, pipeline, lake, views=["orders_enriched"])
+    assert again.views["orders_enriched"].batches == 0  # nothing new on the same checkpoint
+    # crash after the writes, before the checkpoint recorded the batch: the batch is replayed
+    commits = checkpoint_dir(lake, pipeline.name, "gold_orders_enriched") / "commits"
+    last = max(int(p.name) for p in commits.iterdir() if p.name.isdigit())
+    for name in (str(last), f".{last}.crc"):
+        (commits / name).unlink(missing_ok=True)
+    replay = run_gold(spark, pipeline, lake, views=["orders_enriched"])
+    assert replay.views["orders_enriched"].batches == 1
+    assert (table_version(spark, table), table_version(spark, sub)) == versions  # skipped by txnAppId/txnVersion
+    assert_gold_equals_oracle(spark, pipeline, ["orders_enriched"])
+
+
+def test_verify_reports_missing_extra_different_and_stale_rows(spark, lake: Path, shop_pipeline: Pipeline):
+    pipeline = variant(shop_pipeline)
+    create_silver(spark, pipeline)
+    apply(spark, pipeline, "customers", Change({"id": 1, "name": "ann"}, 1))
+    apply(spark, pipeline, "orders", Change({"id": 10, "customer_id": 1, "status": "new"}, 2),
+          Change({"id": 11, "customer_id": 1, "status": "new"}, 3), Change({"id": 12, "customer_id": 1, "status": "new"}, 4))
+    run_gold(spark, pipeline, lake, views=["orders_enriched"])
+    ok = verify_pipeline(spark, pipeline, views=["orders_enriched"])
+    assert ok.ok, ok.render()
+    table = gold_table(pipeline, "orders_enriched")
+    spark.sql(f"DELETE FROM {table} WHERE order_id = 10")
+    spark.sql(f"UPDATE {table} SET status = 'lost' WHERE order_id = 11")
+    spark.sql(f"UPDATE {table} SET _customer_hash = 'old' WHERE order_id = 12")
+    spark.sql(f"INSERT INTO {table} (order_id, status) VALUES (99, 'ghost')")
+    bad = verify_pipeline(spark, pipeline, views=["orders_enriched"])
+    check = bad.views[0]
+    assert not bad.ok
+    assert (check.diff.missing, check.diff.extra, check.diff.different, check.stale_hashes) == (1, 1, 1, 1)
+    assert "missing (order_id=10)" in bad.render() and "status: expected 'new', gold 'lost'" in bad.render()
+
+
+def test_gold_refresh_job_runs_one_view(spark, lake: Path, shop_pipeline_path: Path, tmp_path: Path):
+    from jobs.gold_refresh import main
+    from lakehouse.config import load_pipeline
+
+    token = uuid.uuid4().hex[:6]
+    text = shop_pipeline_path.read_text().replace("shop_silver", f"job_{token}_silver").replace("shop_gold", f"job_{token}_gold")
+    path = tmp_path / "pipeline.yml"
+    path.write_text(text.replace("name: shop", f"name: job_{token}"))
+    pipeline = load_pipeline(path)
+    create_silver(spark, pipeline)
+    apply(spark, pipeline, "orders", Change({"id": 10, "customer_id": 1, "status": "new"}, 2))
+    assert main(["--pipeline", str(path), "--lake", str(lake), "--view", "orders_enriched"]) == 0
+    assert spark.table(gold_table(pipeline, "orders_enriched")).count() == 1
+    assert not spark.catalog.tableExists(gold_table(pipeline, "order_items_enriched"))
+    assert main(["--pipeline", str(path), "--lake", str(lake), "--view", "nope"]) == 2
+
+
+def test_end_to_end_through_the_silver_stage(spark, lake: Path, shop_pipeline: Pipeline):
+    """Bronze rows -> the real silver stage (run_silver) -> gold -> verify: the tables' contract holds."""
+    from delta.tables import DeltaTable
+
+    from lakehouse.bench_silver import BronzeChange, bronze_frame
+    from lakehouse.sequence import postgres_sequence
+    from lakehouse.silver import run_silver
+    from lakehouse.tables import bronze_schema, bronze_table
+
+    pipeline = variant(shop_pipeline)
+    token = pipeline.tables.silver_schema.removesuffix("_silver")
+    pipeline = dataclasses.replace(pipeline, tables=dataclasses.replace(pipeline.tables, bronze_schema=f"{token}_bronze"))
+    spark.sql(f"CREATE SCHEMA IF NOT EXISTS {pipeline.tables.bronze_schema}")
+    used = ("customers", "products", "orders", "order_items")
+    for name in used:
+        DeltaTable.createIfNotExists(spark).tableName(bronze_table(pipeline, pipeline.source(name))).addColumns(
+            bronze_schema(pipeline.source(name))
+        ).execute()
+
+    def feed(name: str, *events: tuple[str, int, dict]) -> None:
+        source = pipeline.source(name)
+        changes = [
+            BronzeChange(op, key={k: row[k] for k in source.primary_key}, after=None if op == "d" else row,
+                         sequence=int(postgres_sequence(lsn, op)), ts_ms=1_767_225_600_000 + lsn)
+            for op, lsn, row in events
+        ]
+        bronze_frame(spark, source, changes).write.format("delta").mode("append").saveAsTable(bronze_table(pipeline, source))
+
+    feed("customers", ("c", 1, {"id": 1, "name": "ann", "segment": "b2b"}), ("c", 2, {"id": 2, "name": "bob"}))
+    feed("orders", ("c", 3, {"id": 10, "customer_id": 1, "status": "new"}), ("c", 4, {"id": 11, "customer_id": 2, "status": "new"}))
+    feed("order_items", ("c", 5, {"order_id": 10, "line_no": 1, "product_id": 7, "quantity": 1}))
+    feed("products", ("c", 6, {"id": 7, "sku": "s7", "title": "lamp"}))
+    run_silver(spark, pipeline, lake, sources=list(used))
+    run_gold(spark, pipeline, lake)
+    assert verify_pipeline(spark, pipeline).ok
+    # a parent update two hops away, an fk move, a delete, and an older event arriving late
+    feed("customers", ("u", 7, {"id": 1, "name": "Ann", "segment": "b2b"}), ("d", 8, {"id": 2}))
+    feed("orders", ("u", 9, {"id": 11, "customer_id": 1, "status": "paid"}), ("c", 3, {"id": 10, "customer_id": 1, "status": "new"}))
+    run_silver(spark, pipeline, lake, sources=list(used))
+    run_gold(spark, pipeline, lake)
+    report = verify_pipeline(spark, pipeline)
+    assert report.ok, report.render()
+    items = [(r["order_id"], r["customer_name"], r["product_title"]) for r in spark.table(gold_table(pipeline, "order_items_enriched")).collect()]
+    assert items == [(10, "Ann", "lamp")]

@@ -1,0 +1,472 @@
+"""End to end against a real PostgreSQL and a real Debezium connector: the database is the truth.
+
+A private PostgreSQL cluster (lakehouse.postgres), Debezium's PostgreSQL connector on a Kafka
+Connect standalone worker (lakehouse.connect) writing to the session's Kafka broker, a DML
+workload from two connections (lakehouse.pg_workload), then bronze -> silver -> gold drained with
+availableNow, and gold/silver compared with the database itself (lakehouse.verify_postgres).
+
+Also: real Debezium records compared, shape by shape, with what lakehouse.simulator produces.
+
+Knobs: CDC_ENRICH_PG_E2E_TRANSACTIONS (default 10000) sets the workload size.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from lakehouse.config import Pipeline, parse_pipeline
+
+TRANSACTIONS = int(os.environ.get("CDC_ENRICH_PG_E2E_TRANSACTIONS", "10000"))
+PLACEHOLDER = "__debezium_unavailable_value"
+
+pytestmark = pytest.mark.kafka
+
+
+# --------------------------------------------------------------------------- preconditions and fixtures
+
+
+def _missing_prerequisite() -> str | None:
+    """Why this module cannot run here (None: it can): PostgreSQL binaries, the Connect jars."""
+    from lakehouse import postgres
+    from lakehouse.errors import StackError
+    from lakehouse.paths import jars
+
+    try:
+        postgres._bin_dir()
+    except StackError as exc:
+        return str(exc)
+    if not any(j.name.startswith("debezium-connector-postgres") for j in jars("connect")):
+        return "the Kafka Connect + Debezium jars are missing from .cache/jars/connect: run `make setup`"
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def pg_lake(lake: Path) -> Iterator[Path]:
+    """A PostgreSQL cluster under the session lake, stopped at the end of the module."""
+    from lakehouse.postgres import postgres_down, postgres_up
+
+    reason = _missing_prerequisite()
+    if reason:
+        pytest.skip(reason)
+    postgres_up(lake, port=_free_port())
+    yield lake
+    postgres_down(lake)
+
+
+def _variant(pipeline_path: Path, name: str) -> Pipeline:
+    """The shop pipeline under another name and topic prefix: its own database, topics, slot,
+    tables and checkpoints, so other tests on the session's broker and lake never interfere.
+    (The file name stays the real one: the simulator's workload.yml hints are found next to it.)"""
+    text = pipeline_path.read_text().replace("name: shop", f"name: {name}", 1).replace("topic_prefix: shop", f"topic_prefix: {name}", 1)
+    for layer in ("bronze", "silver", "gold", "quality"):
+        text = text.replace(f"shop_{layer}", f"{name}_{layer}")
+    return parse_pipeline(text, filename=str(pipeline_path))
+
+
+# --------------------------------------------------------------------------- pure pieces (no database)
+
+
+def test_view_sql_for_postgres_follows_the_declared_joins(shop_pipeline: Pipeline) -> None:
+    """The view's join as PostgreSQL runs it: left-deep, ON referenced pk = parent fk column."""
+    from lakehouse.verify_postgres import postgres_view_sql, view_key_columns
+
+    sql = postgres_view_sql(shop_pipeline, "order_items_enriched")
+    assert 'FROM "public"."order_items" AS "order_items"' in sql
+    assert 'JOIN "public"."orders" AS "ord" ON "ord"."id" = "order_items"."order_id"' in sql
+    assert 'LEFT JOIN "public"."customers" AS "customer" ON "customer"."id" = "ord"."customer_id"' in sql
+    assert 'LEFT JOIN "public"."products" AS "product" ON "product"."id" = "order_items"."product_id"' in sql
+    assert sql.index('"ord"') < sql.index('"customer"')  # a chain joins after its parent alias
+    assert not sql.split("FROM")[1].lstrip().startswith("LEFT")
+    assert view_key_columns(shop_pipeline, shop_pipeline.views["order_items_enriched"]) == ("order_id", "line_no")
+
+
+def test_compare_rows_reports_both_directions_values_and_checksums() -> None:
+    """Missing, extra and different rows are all reported; equal data gives equal checksums
+    whatever the row order and the value representation (Decimal scale, datetime vs micros)."""
+    from datetime import datetime
+    from decimal import Decimal
+
+    from lakehouse.config import Column
+    from lakehouse.verify_postgres import compare_rows
+
+    cols = [Column("id", "bigint"), Column("price", "decimal(10,2)"), Column("at", "timestamp")]
+    pg = [(1, Decimal("1.5"), datetime(2026, 1, 1, 0, 0, 0, 1)), (2, Decimal("2.00"), None)]
+    same = compare_rows("t", cols, ("id",), pg, [(2, Decimal("2"), None), (1, Decimal("1.50"), 1767225600000001)])
+    assert same.ok and same.pg_checksum == same.lake_checksum, same.render()
+    diff = compare_rows("t", cols, ("id",), pg + [(3, None, None)], [(1, Decimal("1.49"), 1767225600000001), (2, Decimal("2"), None), (4, None, None)])
+    assert not diff.ok
+    assert diff.missing == [(3,)] and diff.extra == [(4,)]
+    assert diff.different == [((1,), {"price": (Decimal("1.50"), Decimal("1.49"))})]
+    assert "1 missing from the lake" in diff.render() and "1 rows differ" in diff.render()
+
+
+# --------------------------------------------------------------------------- lifecycle
+
+
+def test_postgres_lifecycle_is_idempotent_and_pid_owned(pg_lake: Path) -> None:
+    """up twice leaves one server; the role can replicate; status reflects the process."""
+    import psycopg
+
+    from lakehouse.errors import StackError
+    from lakehouse.postgres import dsn, postgres_status, postgres_up
+
+    first = postgres_status(pg_lake)
+    again = postgres_up(pg_lake)
+    assert first.running and again.pid == first.pid
+    with psycopg.connect(dsn(pg_lake, database="shop"), autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT current_setting('wal_level'), rolreplication, rolcanlogin FROM pg_roles WHERE rolname = current_user"
+        ).fetchone()
+    assert row == ("logical", True, True)
+    with pytest.raises(StackError, match="already running on port"):
+        postgres_up(pg_lake, port=first.port + 1 if first.port < 65535 else first.port - 1)
+
+
+# --------------------------------------------------------------------------- real records vs the simulator
+
+
+def _consume(bootstrap: str, topics: list[str], idle_s: float = 6.0, timeout_s: float = 120.0) -> list[tuple[str, bytes | None, bytes | None, list[tuple[str, bytes]]]]:
+    """Every record of `topics` from the beginning, until none arrived for `idle_s`."""
+    from confluent_kafka import Consumer
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"shapes-{time.time_ns()}", "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe(topics)
+    out = []
+    deadline = time.monotonic() + timeout_s
+    last = time.monotonic()
+    try:
+        while time.monotonic() < deadline and time.monotonic() - last < idle_s:
+            msg = consumer.poll(0.5)
+            if msg is None or msg.error():
+                continue
+            last = time.monotonic()
+            out.append((msg.topic(), msg.key(), msg.value(), list(msg.headers() or [])))
+    finally:
+        consumer.close()
+    return out
+
+
+def _image_class(image: dict[str, Any] | None, pk: tuple[str, ...]) -> str:
+    if image is None:
+        return "null"
+    if all(v is None for k, v in image.items() if k not in pk):
+        return "key columns only"
+    return "full row"
+
+
+CONTEXT_HEADER = "__debezium.context."
+
+
+def record_shape(pipeline: Pipeline, toast: dict[str, tuple[str, ...]], topic: str, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]]) -> tuple[tuple[str, ...], dict[str, Any]]:
+    """(category, shape) of one record: what a decoder depends on, never the values themselves.
+
+    The `__debezium.context.*` headers and the source block's field list are the same on every
+    record; they are compared once, globally (see `shape_differences`)."""
+    source = pipeline.source_for_topic(topic)
+    names = tuple(h[0] for h in headers if not h[0].startswith(CONTEXT_HEADER))
+    pk_change = "__debezium.newkey" in names or "__debezium.oldkey" in names
+    if value is None:
+        return (source.name, "tombstone", "pk change" if pk_change else "delete"), {"headers": names, "key": tuple(json.loads(key))}
+    env = json.loads(value)
+    op = env["op"]
+    image = env["after"] or env["before"] or {}
+    placeholders = tuple(sorted(c for c in toast.get(source.name, ()) if (env["after"] or {}).get(c) == PLACEHOLDER))
+    variant = "pk change" if pk_change else "snapshot" if op == "r" else "toast unchanged" if placeholders else "plain"
+    sequence = json.loads(env["source"]["sequence"])
+    shape = {
+        "envelope fields": tuple(env),
+        "headers": names,
+        "key": tuple(json.loads(key)),
+        "before": _image_class(env["before"], source.primary_key),
+        "after": _image_class(env["after"], source.primary_key),
+        "TOAST placeholders in after": placeholders,
+        "JSON types": tuple(sorted((c, type(v).__name__) for c, v in image.items() if v is not None and v != PLACEHOLDER)),
+        "transaction": env["transaction"],
+        "snapshot marker": env["source"]["snapshot"] if op != "r" else "(snapshot)",
+    }
+    return (source.name, op, variant), shape
+
+
+def _global_shape(records: list[Any]) -> tuple[set[tuple[str, ...]], set[tuple[str, ...]], set[tuple[str, ...]]]:
+    """Over all records: the source block's field lists, the context header lists, and the
+    forms of `source.sequence` (["<last commit>", "<lsn>"], the first null until a commit was seen)."""
+    source_fields, context, sequences = set(), set(), set()
+    for _topic, _key, value, headers in records:
+        context.add(tuple(h[0] for h in headers if h[0].startswith(CONTEXT_HEADER)))
+        if value is not None:
+            source = json.loads(value)["source"]
+            source_fields.add(tuple(source))
+            sequences.add(tuple("null" if s is None else type(s).__name__ for s in json.loads(source["sequence"])))
+    return source_fields, context, sequences
+
+
+def shape_differences(pipeline: Pipeline, real: list[Any], simulated: list[Any]) -> tuple[list[str], list[str]]:
+    """(differences, categories the simulator does not produce), each as readable lines.
+
+    Per category (table, op, variant) and shape field: a value the real connector sent that no
+    simulated record of the category has is a difference."""
+    from lakehouse.simulator import load_workload
+
+    workload = load_workload(pipeline)
+    toast = {s.name: workload.hints(s).toast for s in pipeline.sources.values() if s.replica_identity == "default"}
+    differences, uncovered = [], []
+    (real_source, real_context, real_seq), (sim_source, sim_context, sim_seq) = _global_shape(real), _global_shape(simulated)
+    if not real_seq <= sim_seq:
+        differences.append(f"source.sequence forms: real {sorted(real_seq)}, simulator {sorted(sim_seq)}")
+    if real_source != sim_source:
+        differences.append(f"every record: source block fields: real {sorted(real_source)}, simulator {sorted(sim_source)}")
+    if real_context != sim_context:
+        differences.append(f"every record (tombstones too): headers {CONTEXT_HEADER}*: real {sorted(real_context)}, simulator {sorted(sim_context)}")
+    shapes: dict[str, dict[tuple[str, ...], list[dict[str, Any]]]] = {"real": defaultdict(list), "sim": defaultdict(list)}
+    for side, records in (("real", real), ("sim", simulated)):
+        for rec in records:
+            cat, shape = record_shape(pipeline, toast, *rec)
+            shapes[side][cat].append(shape)
+    for cat in sorted(shapes["real"]):
+        label = "/".join(cat)
+        real_list, sim_list = shapes["real"][cat], shapes["sim"].get(cat)
+        if not sim_list:
+            toasted = [s for s in real_list if s.get("TOAST placeholders in after")]
+            if toasted and cat[1] != "u":  # the placeholder where the simulator would send the value
+                differences.append(f"{label}: the after image carries the TOAST placeholder for {toasted[0]['TOAST placeholders in after']} "
+                                   "(the simulator never produces this record kind; its creates always carry the value)")
+            uncovered.append(f"{label}: real {real_list[0]}")
+            continue
+        for field in real_list[0]:
+            if field == "JSON types":  # per column: the simulator may leave null what the database filled
+                sim_types = defaultdict(set)
+                for shape in sim_list:
+                    for column, kind in shape[field]:
+                        sim_types[column].add(kind)
+                wrong = {c: (k, sorted(sim_types[c])) for shape in real_list for c, k in shape[field] if sim_types[c] and k not in sim_types[c]}
+                if wrong:
+                    differences.append(f"{label}: JSON types (real, simulator): {wrong}")
+                continue
+            real_values = {shape[field] for shape in real_list}
+            sim_values = {shape[field] for shape in sim_list}
+            if not real_values <= sim_values:
+                differences.append(f"{label}: {field}: real {sorted(real_values, key=repr)}, simulator {sorted(sim_values, key=repr)}")
+    differences += _snapshot_differences(pipeline, real, simulated)
+    return differences, uncovered
+
+
+def _snapshot_differences(pipeline: Pipeline, real: list[Any], simulated: list[Any]) -> list[str]:
+    """Where the first/last markers land, and whether all snapshot records share one source time."""
+
+    def summary(records: list[Any]) -> tuple[dict[str, list[str]], int]:
+        markers: dict[str, list[str]] = defaultdict(list)
+        times = set()
+        for topic, _key, value, _headers in records:
+            if value is None:
+                continue
+            env = json.loads(value)
+            if env["op"] == "r":
+                markers[pipeline.source_for_topic(topic).name].append(env["source"]["snapshot"])
+                times.add(env["source"]["ts_ms"])
+        return {t: sorted(set(m) & {"first", "last"}) for t, m in markers.items()}, len(times)
+
+    (real_markers, real_times), (sim_markers, sim_times) = summary(real), summary(simulated)
+    out = []
+    real_ends = {t: m for t, m in real_markers.items() if m}
+    sim_ends = {t: m for t, m in sim_markers.items() if m}
+    if real_ends != sim_ends:
+        out.append(f"snapshot first/last markers: real {real_ends} (tables in table.include.list order), simulator {sim_ends}")
+    if (real_times == 1) != (sim_times == 1):
+        out.append(f"snapshot source.ts_ms: real {real_times} distinct value(s) over all tables, simulator {sim_times}")
+    return out
+
+
+# The differences this test found between real Debezium 3.6.3 and lakehouse/simulator.py (reported
+# to the lead for the simulator's owner). Remove the marker once the simulator is fixed: strict,
+# so a passing comparison fails the run until then.
+SIMULATOR_GAPS = (
+    "simulator differs from real Debezium 3.6.3: source block lacks origin/origin_lsn; no "
+    "__debezium.context.* headers; PK-change create lacks the TOAST placeholder; snapshot markers "
+    "follow table.include.list order, and one source.ts_ms for the whole snapshot"
+)
+
+
+class SimulatorShapeMismatch(AssertionError):
+    """The simulator's records differ in shape from the real connector's (the only expected failure)."""
+
+
+@pytest.mark.xfail(reason=SIMULATOR_GAPS, raises=SimulatorShapeMismatch, strict=True)
+def test_real_debezium_records_have_the_simulators_shapes(pg_lake: Path, kafka_bootstrap: str, shop_pipeline_path: Path) -> None:
+    """Every kind of record the real connector sent (snapshot, insert, update under FULL and
+    DEFAULT, TOAST placeholder, delete + tombstone, primary-key change triple, events) has the
+    shape the simulator gives the same kind: envelope and source fields, headers, before/after
+    contents, value encodings (decimal as base64 string, timestamp/date as numbers), sequence."""
+    import psycopg
+
+    from lakehouse.connect import connect_down, connect_up, wait_until_streaming
+    from lakehouse.pg_workload import create_schema, seed_database
+    from lakehouse.postgres import dsn, postgres_up
+    from lakehouse.simulator import simulate
+
+    pipeline = _variant(shop_pipeline_path, "shapes")
+    postgres_up(pg_lake, database="shapes")
+    pg = dsn(pg_lake, database="shapes")
+    create_schema(pg, pipeline)
+    seed_database(pg, pipeline, seed=3)
+    connect_lake = pg_lake / "shapes"
+    try:
+        first = connect_up(connect_lake, pipeline, kafka_bootstrap, pg, rest_port=_free_port())
+        assert connect_up(connect_lake, pipeline, kafka_bootstrap, pg).pid == first.pid  # idempotent
+        wait_until_streaming(pg, pipeline)
+        with psycopg.connect(pg, autocommit=True) as conn:
+            _scripted_changes(conn)
+        real = _consume(kafka_bootstrap, list(pipeline.topics))
+    finally:
+        connect_down(connect_lake)
+    simulated = [(r.topic, r.key, r.value, list(r.headers)) for r in simulate(pipeline, seed=5, events=1500, chaos="some").records]
+    differences, uncovered = shape_differences(pipeline, real, simulated)
+    assert real, "the connector sent nothing"
+    if differences:
+        raise SimulatorShapeMismatch(
+            "real Debezium vs simulator:\n  " + "\n  ".join(differences + ["(not produced by the simulator) " + u for u in uncovered])
+        )
+
+
+def _scripted_changes(conn: Any) -> None:
+    """One of each kind of change, on the demo schema (the shape test's database)."""
+    one = lambda q, *p: conn.execute(q, p).fetchone()  # noqa: E731
+    order_without_payment = one("SELECT id FROM orders o WHERE NOT EXISTS (SELECT 1 FROM payments p WHERE p.order_id = o.id) ORDER BY id LIMIT 1")[0]
+    product, other_product = (r[0] for r in conn.execute("SELECT id FROM products ORDER BY id LIMIT 2").fetchall())
+    customer = one("SELECT id FROM customers ORDER BY id LIMIT 1")[0]
+    item = one("SELECT order_id, line_no FROM order_items ORDER BY order_id, line_no LIMIT 1")
+    conn.execute("INSERT INTO customers VALUES (900001, 'Real Person', 'r@example.com', 'consumer', '2026-02-03 04:05:06.789012')")
+    conn.execute("UPDATE customers SET name = 'Renamed' WHERE id = 900001")  # FULL: before is the whole row
+    conn.execute("UPDATE products SET title = 'Retitled' WHERE id = %s", (product,))  # DEFAULT + TOAST placeholder
+    conn.execute("UPDATE products SET id = 900002 WHERE id = %s", (product,))  # PK change (+ TOAST), cascades to order_items
+    conn.execute("UPDATE products SET description = repeat('z', 10) WHERE id = %s", (other_product,))
+    conn.execute("UPDATE order_items SET line_no = 9001 WHERE order_id = %s AND line_no = %s", item)  # compound PK change
+    conn.execute("UPDATE orders SET status = 'shipped', total = 12.34 WHERE id = %s", (order_without_payment,))
+    conn.execute("DELETE FROM customers WHERE id = %s", (customer,))  # SET NULL on orders, then the delete
+    conn.execute("DELETE FROM orders WHERE id = %s", (order_without_payment,))  # cascades to its items
+    with conn.transaction():
+        conn.execute("INSERT INTO orders VALUES (900003, NULL, 'new', '2026-03-04', 99.99)")
+        conn.execute("INSERT INTO order_items VALUES (900003, 1, 900002, 2, 49.99), (900003, 2, NULL, 1, 0.01)")
+        conn.execute("INSERT INTO payments VALUES (900004, 900003, 99.99, 'card', '2026-03-04 10:11:12')")
+
+
+# --------------------------------------------------------------------------- the end-to-end run
+
+
+def _stage_missing() -> str | None:
+    from lakehouse.errors import CdcEnrichError
+    from lakehouse.verify_postgres import stage_functions
+
+    try:
+        stage_functions()
+    except CdcEnrichError as exc:
+        return str(exc)
+    return None
+
+
+def test_gold_equals_postgres_with_a_real_connector_restarted_mid_run(
+    spark: Any, lake: Path, pg_lake: Path, kafka_bootstrap: str, shop_pipeline_path: Path
+) -> None:
+    """TRANSACTIONS transactions from two connections, the connector killed (SIGKILL) and
+    restarted in the middle of the run, one incremental drain while the workload is under way,
+    then drained until caught up: every gold view equals its join inside PostgreSQL and every
+    silver table its source table, with zero differences."""
+    missing = _stage_missing()
+    if missing:
+        pytest.skip(missing)
+    from lakehouse.connect import connect_down, connect_status, connect_up, wait_until_streaming
+    from lakehouse.pg_workload import run_workload, seed_database
+    from lakehouse.postgres import dsn, postgres_up
+    from lakehouse.spark import ensure_schemas
+    from lakehouse.tables import bronze_table
+    from lakehouse.verify_postgres import stage_functions, verify_against_postgres
+
+    timings: dict[str, float] = {}
+    started = time.monotonic()
+    pipeline = _variant(shop_pipeline_path, "pge2e")
+    postgres_up(pg_lake, database="pge2e")
+    pg = dsn(pg_lake, database="pge2e")
+    seed = seed_database(pg, pipeline, seed=11)
+    rest_port = _free_port()
+    try:
+        t = time.monotonic()
+        connect_up(lake, pipeline, kafka_bootstrap, pg, rest_port=rest_port)
+        wait_until_streaming(pg, pipeline)  # the kill below must hit streaming, not the initial snapshot
+        timings["connector start + snapshot"] = time.monotonic() - t
+
+        # first part: the connector is SIGKILLed while the workload runs, then restarted
+        first = TRANSACTIONS // 2
+        halfway = threading.Event()
+        box: dict[str, Any] = {}
+
+        def first_part() -> None:
+            try:
+                box["stats"] = run_workload(pg, pipeline, first, seed=12, progress=lambda n: n >= first // 2 and halfway.set())
+            except BaseException as exc:  # re-raised in the test thread
+                box["error"] = exc
+            finally:
+                halfway.set()
+
+        t = time.monotonic()
+        worker = threading.Thread(target=first_part, name="pg-workload")
+        worker.start()
+        halfway.wait(timeout=600)
+        killed_mid_run = worker.is_alive()
+        assert connect_down(lake, kill=True), "the connector was not running"
+        time.sleep(2)  # the workload goes on while the connector is down: the slot keeps the changes
+        connect_up(lake, pipeline, kafka_bootstrap, pg, rest_port=rest_port)
+        worker.join()
+        if "error" in box:
+            raise box["error"]
+        timings["workload part 1 (+ restart)"] = time.monotonic() - t
+
+        # an incremental drain while the database is not yet final
+        run_bronze, run_silver, run_gold = stage_functions()
+        t = time.monotonic()
+        ensure_schemas(spark, pipeline)
+        run_bronze(spark, pipeline, lake, kafka_bootstrap)
+        run_silver(spark, pipeline, lake)
+        run_gold(spark, pipeline, lake)
+        timings["mid-run drain"] = time.monotonic() - t
+
+        t = time.monotonic()
+        second = run_workload(pg, pipeline, TRANSACTIONS - first, seed=13)
+        timings["workload part 2"] = time.monotonic() - t
+
+        t = time.monotonic()
+        report = verify_against_postgres(spark, pipeline, pg, lake, timeout_s=1200, bootstrap=kafka_bootstrap)
+        timings["drain + verify"] = time.monotonic() - t
+        status = connect_status(lake)
+    finally:
+        connect_down(lake)
+    timings["total"] = time.monotonic() - started
+
+    placeholders = sum(
+        spark.table(bronze_table(pipeline, s)).where("_unavailable_columns IS NOT NULL").count()
+        for s in pipeline.sources.values()
+    )
+    summary = (
+        f"{seed.render()}\n{box['stats'].render()}\n{second.render()}\n{report.render()}\n"
+        f"connector killed mid-run: {killed_mid_run}; TOAST placeholders in bronze: {placeholders}; "
+        f"connector at the end: {status.describe()}\n"
+        + "timings: " + ", ".join(f"{k} {v:.1f}s" for k, v in timings.items())
+    )
+    print(summary)
+    assert status.task_state == "RUNNING", summary
+    assert killed_mid_run, "the workload finished before the connector could be killed in its middle\n" + summary
+    assert placeholders > 0, "no TOAST placeholder reached bronze: the TOAST path was not exercised\n" + summary
+    assert report.ok, summary
