@@ -19,7 +19,8 @@ from lakehouse.errors import CdcEnrichError
 BOOTSTRAP_ENV = "CDC_ENRICH_KAFKA_BOOTSTRAP"
 
 
-def _args(argv: list[str] | None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
+    """The task's arguments (the bundle's parameters are checked against this in tests)."""
     parser = argparse.ArgumentParser(prog="bronze_ingest", description=__doc__.splitlines()[0])
     parser.add_argument("--pipeline", required=True, help="pipeline declaration (YAML)")
     parser.add_argument("--lake", default=None, help="local lake root (tables, checkpoints); default .lake or $CDC_ENRICH_LAKE")
@@ -32,6 +33,11 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--only-declared-topics", action="store_true",
                         help="do not subscribe to <prefix>.<schema>.* (undeclared topics would otherwise go to quarantine)")
     parser.add_argument("--timeout", type=float, default=None, help="with processing_time: stop after this many seconds")
+    return parser
+
+
+def _args(argv: list[str] | None) -> argparse.Namespace:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.max_offsets is not None and args.max_offsets < 1:
         parser.error("--max-offsets must be at least 1")

@@ -7,14 +7,18 @@ import sys
 from typing import Sequence
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     """`gold_refresh --pipeline P [--lake L] [--view V ...] [--trigger available_now|processing_time]`."""
-    parser = argparse.ArgumentParser(prog="gold_refresh", description=main.__doc__)
+    parser = argparse.ArgumentParser(prog="gold_refresh", description=build_parser.__doc__)
     parser.add_argument("--pipeline", required=True, help="pipeline declaration (YAML)")
     parser.add_argument("--lake", default=None, help="local lake root (ignored where a session exists)")
     parser.add_argument("--view", action="append", default=None, help="only this view (repeatable)")
     parser.add_argument("--trigger", choices=("available_now", "processing_time"), default=None)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
 
     from lakehouse.config import load_pipeline
     from lakehouse.errors import CdcEnrichError

@@ -13,7 +13,8 @@ import sys
 from typing import Sequence
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The task's arguments (the bundle's parameters are checked against this in tests)."""
     parser = argparse.ArgumentParser(prog="quality_check", description=__doc__.splitlines()[0])
     parser.add_argument("--pipeline", required=True, help="the pipeline declaration (YAML)")
     parser.add_argument("--lake", default=None, help="local lake root (ignored on Databricks)")
@@ -28,7 +29,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=None,
         help="id of this run; re-running with the same id replaces its rows (e.g. {{job.run_id}})",
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
 
     from lakehouse.config import load_pipeline
     from lakehouse.errors import CdcEnrichError

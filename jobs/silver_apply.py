@@ -16,7 +16,8 @@ import sys
 from lakehouse.errors import CdcEnrichError
 
 
-def _args(argv: list[str] | None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
+    """The task's arguments (the bundle's parameters are checked against this in tests)."""
     parser = argparse.ArgumentParser(prog="silver_apply", description=__doc__.splitlines()[0])
     parser.add_argument("--pipeline", required=True, help="pipeline declaration (YAML)")
     parser.add_argument("--lake", default=None, help="local lake root (tables, checkpoints); default .lake or $CDC_ENRICH_LAKE")
@@ -24,7 +25,11 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
                         help="a source to apply (repeatable, or comma-separated); default: every declared source")
     parser.add_argument("--trigger", choices=("available_now", "processing_time"), default=None,
                         help="available_now: drain what is there and stop; processing_time: run continuously (default: the pipeline's)")
-    return parser.parse_args(argv)
+    return parser
+
+
+def _args(argv: list[str] | None) -> argparse.Namespace:
+    return build_parser().parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
