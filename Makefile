@@ -6,7 +6,7 @@ CLI := $(VENV)/bin/cdc-enrich
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: setup demo test test-slow bench stack-up stack-down clean
+.PHONY: setup demo test test-slow test-postgres bench stack-up stack-down clean
 
 setup:
 	@bash tools/setup.sh
@@ -19,6 +19,9 @@ test: setup
 
 test-slow: setup
 	@$(PY) -m pytest -q -m "slow" tests
+
+test-postgres: setup
+	@$(PY) -m pytest -q -m "slow" tests/test_postgres_e2e.py
 
 bench: setup
 	@$(CLI) bench all

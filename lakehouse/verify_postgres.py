@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from lakehouse.config import Column, Pipeline, Source, View
 from lakehouse.errors import CdcEnrichError, VerificationError
@@ -102,13 +102,15 @@ class CatchUp:
     drain_s: float = 0.0
     rounds: int = 0
     end_offsets: dict[str, int] = field(default_factory=dict)
+    stage_s: dict[str, float] = field(default_factory=dict)  # seconds per stage over all rounds
 
     def render(self) -> str:
         total = sum(self.end_offsets.values())
+        stages = ", ".join(f"{k} {v:.1f}s" for k, v in self.stage_s.items())
         return (
             f"caught up: database LSN {self.target_lsn} confirmed by the connector's slot at {self.confirmed_lsn} "
             f"after {self.connector_wait_s:.1f}s; bronze/silver/gold drained in {self.rounds} round(s), "
-            f"{self.drain_s:.1f}s; {total} Kafka records in the pipeline's topics"
+            f"{self.drain_s:.1f}s ({stages}); {total} Kafka records in the pipeline's topics"
         )
 
 
@@ -399,9 +401,14 @@ def drain(
     while True:
         catch_up.rounds += 1
         ends = kafka_end_offsets(bootstrap, pipeline.topics)
-        run_bronze(spark, pipeline, lake, bootstrap, trigger="available_now")
-        run_silver(spark, pipeline, lake, trigger="available_now")
-        run_gold(spark, pipeline, lake, trigger="available_now")
+        for stage, run in (
+            ("bronze", lambda: run_bronze(spark, pipeline, lake, bootstrap, trigger="available_now")),
+            ("silver", lambda: run_silver(spark, pipeline, lake, trigger="available_now")),
+            ("gold", lambda: run_gold(spark, pipeline, lake, trigger="available_now")),
+        ):
+            t = time.monotonic()
+            run()
+            catch_up.stage_s[stage] = catch_up.stage_s.get(stage, 0.0) + time.monotonic() - t
         positions = bronze_positions(spark, pipeline)
         behind = {tp: (positions.get(tp, -1) + 1, end) for tp, end in ends.items() if positions.get(tp, -1) + 1 < end}
         say(f"drain round {catch_up.rounds}: {sum(ends.values())} records in Kafka, {len(behind)} partition(s) behind")

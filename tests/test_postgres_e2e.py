@@ -7,7 +7,8 @@ availableNow, and gold/silver compared with the database itself (lakehouse.verif
 
 Also: real Debezium records compared, shape by shape, with what lakehouse.simulator produces.
 
-Knobs: CDC_ENRICH_PG_E2E_TRANSACTIONS (default 10000) sets the workload size.
+Knobs: CDC_ENRICH_PG_E2E_TRANSACTIONS (default 10000) sets the workload size;
+CDC_ENRICH_PG_E2E_MID_DRAIN=1 adds a bronze -> silver -> gold round in the middle of the run.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import os
 import socket
 import threading
 import time
-from collections import Counter, defaultdict
+from collections import defaultdict
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -26,6 +27,9 @@ import pytest
 from lakehouse.config import Pipeline, parse_pipeline
 
 TRANSACTIONS = int(os.environ.get("CDC_ENRICH_PG_E2E_TRANSACTIONS", "10000"))
+# One extra bronze -> silver -> gold round while the workload is half done (gold maintained
+# incrementally over real data). Off by default: on 2 shared cores it costs as much as the final drain.
+MID_RUN_DRAIN = os.environ.get("CDC_ENRICH_PG_E2E_MID_DRAIN", "0") == "1"
 PLACEHOLDER = "__debezium_unavailable_value"
 
 pytestmark = pytest.mark.kafka
@@ -378,13 +382,15 @@ def _stage_missing() -> str | None:
     return None
 
 
+@pytest.mark.slow  # ~10 min on 2 cores; `make test-postgres`. Known failure: see the TOAST + primary-key change gap in silver
 def test_gold_equals_postgres_with_a_real_connector_restarted_mid_run(
     spark: Any, lake: Path, pg_lake: Path, kafka_bootstrap: str, shop_pipeline_path: Path
 ) -> None:
     """TRANSACTIONS transactions from two connections, the connector killed (SIGKILL) and
-    restarted in the middle of the run, one incremental drain while the workload is under way,
-    then drained until caught up: every gold view equals its join inside PostgreSQL and every
-    silver table its source table, with zero differences."""
+    restarted in the middle of the run (while streaming: the initial snapshot is complete),
+    optionally one incremental drain half-way, then drained until caught up: every gold view
+    equals its join inside PostgreSQL and every silver table its source table, with zero
+    differences."""
     missing = _stage_missing()
     if missing:
         pytest.skip(missing)
@@ -434,14 +440,14 @@ def test_gold_equals_postgres_with_a_real_connector_restarted_mid_run(
             raise box["error"]
         timings["workload part 1 (+ restart)"] = time.monotonic() - t
 
-        # an incremental drain while the database is not yet final
-        run_bronze, run_silver, run_gold = stage_functions()
-        t = time.monotonic()
-        ensure_schemas(spark, pipeline)
-        run_bronze(spark, pipeline, lake, kafka_bootstrap)
-        run_silver(spark, pipeline, lake)
-        run_gold(spark, pipeline, lake)
-        timings["mid-run drain"] = time.monotonic() - t
+        if MID_RUN_DRAIN:  # an incremental round while the database is not yet final
+            run_bronze, run_silver, run_gold = stage_functions()
+            t = time.monotonic()
+            ensure_schemas(spark, pipeline)
+            run_bronze(spark, pipeline, lake, kafka_bootstrap)
+            run_silver(spark, pipeline, lake)
+            run_gold(spark, pipeline, lake)
+            timings["mid-run drain"] = time.monotonic() - t
 
         t = time.monotonic()
         second = run_workload(pg, pipeline, TRANSACTIONS - first, seed=13)
