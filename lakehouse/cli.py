@@ -85,21 +85,54 @@ def show_query(spark: Any, query: str, limit: int = 50) -> str:
 
 
 def cmd_stack(args: argparse.Namespace) -> int:
-    """Start, stop or report the local stack (a single-node Kafka broker in KRaft mode)."""
+    """Start, stop or report the local stack: a single-node Kafka broker (KRaft), and with
+    --with-postgres a PostgreSQL cluster plus Debezium's connector (Kafka Connect standalone)."""
     from lakehouse import stack
 
     lake = lake_root(args.lake)
     if args.action == "up":
         status = stack.broker_up(lake, port=args.port)
         _say(f"kafka: {status.describe()}")
-    elif args.action == "down":
+        if args.with_postgres:
+            _postgres_up(args, lake, status.bootstrap)
+        return 0
+    if args.action == "down":
+        if args.with_postgres or (lake / "stack" / "postgres").exists():
+            from lakehouse.connect import connect_down
+            from lakehouse.postgres import postgres_down
+
+            _say("connect: stopped" if connect_down(lake) else "connect: was not running")
+            _say("postgres: stopped" if postgres_down(lake) else "postgres: was not running")
         stopped = stack.broker_down(lake)
         _say("kafka: stopped" if stopped else "kafka: was not running (nothing started by `stack up` here)")
-    else:
-        status = stack.broker_status(lake)
-        _say(f"kafka: {status.describe()}")
-        return 0 if status.running else 3
-    return 0
+        return 0
+    status = stack.broker_status(lake)
+    _say(f"kafka: {status.describe()}")
+    running = status.running
+    if args.with_postgres or (lake / "stack" / "postgres").exists():
+        from lakehouse.connect import connect_status
+        from lakehouse.postgres import postgres_status
+
+        pg, connect = postgres_status(lake), connect_status(lake)
+        _say(f"postgres: {pg.describe()}")
+        _say(f"connect: {connect.describe()}")
+        running = running and pg.running and connect.running
+    return 0 if running else 3
+
+
+def _postgres_up(args: argparse.Namespace, lake: Path, bootstrap: str) -> None:
+    """PostgreSQL with the pipeline's schema, then Debezium capturing it into the broker."""
+    from lakehouse import connect, pg_workload, postgres
+
+    pipeline = _pipeline(args)
+    pg = postgres.postgres_up(lake, database=pipeline.name)
+    _say(f"postgres: {pg.describe()}")
+    dsn = postgres.dsn(lake, database=pipeline.name)
+    pg_workload.create_schema(dsn, pipeline)
+    status = connect.connect_up(lake, pipeline, bootstrap, dsn)
+    _say(f"connect: {status.describe()}")
+    connect.wait_until_streaming(dsn, pipeline)
+    _say("connect: Debezium snapshot done, streaming")
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
@@ -108,6 +141,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
     pipeline = _pipeline(args)
     started = time.monotonic()
+    if args.target == "postgres":
+        return _simulate_postgres(args, pipeline)
     sim = simulator.simulate(
         pipeline,
         seed=args.seed,
@@ -131,6 +166,18 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     for table, rows in sorted(sim.truth.items()):
         _say(f"  truth {table}: {len(rows)} rows")
     _say(f"  truth written to {truth_dir}")
+    return 0
+
+
+def _simulate_postgres(args: argparse.Namespace, pipeline: Any) -> int:
+    """Real DML against the stack's PostgreSQL (Debezium captures it; no truth file needed)."""
+    from lakehouse import pg_workload, postgres
+
+    dsn = postgres.dsn(lake_root(args.lake), database=pipeline.name)
+    if args.initial:
+        _say(pg_workload.seed_database(dsn, pipeline, args.seed, scale=args.scale).render())
+    stats = pg_workload.run_workload(dsn, pipeline, args.events, args.seed, rate=args.rate)
+    _say(stats.render())
     return 0
 
 
@@ -179,6 +226,17 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from lakehouse.verify import verify_pipeline
 
     pipeline = _pipeline(args)
+    if args.against == "postgres":
+        from lakehouse import postgres
+        from lakehouse.verify_postgres import verify_against_postgres
+
+        lake = lake_root(args.lake)
+        pg_report = verify_against_postgres(
+            _spark(args), pipeline, postgres.dsn(lake, database=pipeline.name), lake,
+            timeout_s=args.timeout, bootstrap=_bootstrap(args, pipeline), progress=_say,
+        )
+        _say(pg_report.render())
+        return 0 if pg_report.ok else 1
     truth = Path(args.truth) if args.truth else None
     if truth is None and not args.from_silver:
         default = lake_root(args.lake) / "truth" / pipeline.name
@@ -282,6 +340,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("stack", parents=[common], help="start/stop/report the local Kafka broker", description=cmd_stack.__doc__)
     p.add_argument("action", choices=("up", "down", "status"))
     p.add_argument("--port", type=int, help="broker port on 127.0.0.1 (controller uses port+1; default 19092 or CDC_ENRICH_KAFKA_PORT)")
+    p.add_argument("--with-postgres", action="store_true", help="also PostgreSQL (port 15432) and Debezium's connector")
+    p.add_argument("--pipeline", default=str(DEFAULT_PIPELINE), help="pipeline whose tables Debezium captures (with --with-postgres)")
     p.set_defaults(func=cmd_stack)
 
     p = sub.add_parser("simulate", parents=[common, with_pipeline, kafka], help="produce a Debezium workload", description=cmd_simulate.__doc__)
@@ -294,6 +354,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--schemas-enabled", action="store_true", help="JSON converter with schemas.enable=true")
     p.add_argument("--truth", help="where to write the source truth (default <lake>/truth/<pipeline>)")
     p.add_argument("--dry-run", action="store_true", help="generate and record the truth, produce nothing")
+    p.add_argument("--target", choices=("kafka", "postgres"), default="kafka",
+                   help="kafka: simulated Debezium records; postgres: real transactions (--events of them) on the stack's database")
+    p.add_argument("--initial", action="store_true", help="with --target postgres: insert the initial rows first")
     p.set_defaults(func=cmd_simulate)
 
     p = sub.add_parser("run", parents=[common, with_pipeline, kafka], help="run pipeline stages", description=cmd_run.__doc__)
@@ -305,6 +368,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--truth", help="simulator truth directory (default <lake>/truth/<pipeline> if present)")
     p.add_argument("--from-silver", action="store_true", help="use silver current as the source state, not the simulator truth")
     p.add_argument("--view", action="append", help="only this view (repeatable)")
+    p.add_argument("--against", choices=("truth", "postgres"), default="truth",
+                   help="postgres: wait until caught up with the database's LSN, then compare gold and silver with joins run inside PostgreSQL")
+    p.add_argument("--timeout", type=float, default=600, help="with --against postgres: seconds to wait for catch-up")
+    p.add_argument("--bootstrap", help="Kafka bootstrap servers (with --against postgres)")
     p.set_defaults(func=cmd_verify)
 
     p = sub.add_parser("sql", parents=[common, with_pipeline], help="run a SQL query, print a table", description=cmd_sql.__doc__)
