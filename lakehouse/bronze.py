@@ -139,7 +139,7 @@ def _wrapped(doc: SqlColumn) -> SqlColumn:
     return _v(doc, "$.schema").isNotNull() & _v(doc, "$.payload").isNotNull()
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Field:
     """One JSON field on its way to a typed column: the variant, then what it holds."""
 
@@ -167,11 +167,16 @@ def _inspect(st: _Staging, column: Column, var: SqlColumn, hints: tuple[SqlColum
         column=column,
         var=var,
         kind=st.put(F.schema_of_variant(var)),
-        text=st.put(F.try_variant_get(var, "$", "string")),
+        text=F.lit(None).cast("string"),  # set by _stage_text, a level later
         hint_name=st.put(hint_name) if hints else none,
         hint_type=st.put(hint_type) if hints else none,
         allow_placeholder=allow_placeholder,
     )
+
+
+def _stage_text(st: _Staging, field: _Field) -> None:
+    """The string a STRING variant holds (only those: extracting costs, and most fields are not)."""
+    field.text = st.put(F.when(field.kind == F.lit("STRING"), F.variant_get(field.var, "$", "string")))
 
 
 def _convert(st: _Staging, field: _Field) -> _Converted:
@@ -405,7 +410,10 @@ def decode_sql(source: Source, kafka: DataFrame) -> DataFrame:
     op = st.put(env["op"])
     image_present = {i: st.put(env[i].isNotNull()) for i in images}
     st.flush()
-    variant_fields = [*key_fields.values(), *image_fields.values()]
+    variant_fields = [*key_fields.values(), *image_fields.values(), file_field]
+    for f in variant_fields:
+        _stage_text(st, f)
+    st.flush()
     for level in (1, 2, 3):
         for f in variant_fields:
             if _is_decimal_field(f):
@@ -536,7 +544,7 @@ def _python_decoder(source: Source) -> Callable[..., tuple[Any, ...]]:
     """A picklable function: Kafka record -> payload tuple + reason, via `decode_record`."""
     nested = {"_key": source.primary_key, "_before": source.column_names, "_after": source.column_names}
 
-    def decode(key: Any, value: Any, topic: str, partition: int, offset: int) -> tuple[Any, ...]:
+    def decode(key, value, topic, partition, offset):  # type: ignore[no-untyped-def]  # (hints would make Spark look for a pandas UDF)
         row, reason = dbz.decode_record(source, key, value, topic, partition, offset)
         if row is None:
             return (None,) * len(_PAYLOAD_COLUMNS) + (reason,)

@@ -598,6 +598,7 @@ class ViewRun:
     deleted: int = 0
     subscriptions_written: int = 0
     seconds: float = 0.0
+    phases: dict[str, float] = field(default_factory=dict)  # seconds per phase, summed
     skipped: str | None = None
 
     def line(self) -> str:
@@ -703,6 +704,7 @@ class _ViewMaintainer:
             counts = {r["_source"]: r["count"] for r in batch.groupBy("_source").count().collect()}
             if not counts:
                 return
+            read_seconds = time.monotonic() - started
             stats = process_changes(
                 session,
                 self.pipeline,
@@ -722,10 +724,13 @@ class _ViewMaintainer:
         run.deleted += stats["deleted"]
         run.subscriptions_written += stats["subscriptions_written"]
         run.seconds += time.monotonic() - started
+        for phase, seconds in {"read": read_seconds, **stats["phases"]}.items():
+            run.phases[phase] = run.phases.get(phase, 0.0) + seconds
         if self.progress:
             self.progress(
                 f"gold {self.plan.view.name} batch {batch_id}: {sum(counts.values())} change(s), "
-                f"{stats['affected_keys']} key(s), +{stats['inserted']} ~{stats['updated']} -{stats['deleted']}"
+                f"{stats['affected_keys']} key(s), +{stats['inserted']} ~{stats['updated']} -{stats['deleted']} "
+                f"({time.monotonic() - started:.1f}s)"
             )
 
 
@@ -736,12 +741,21 @@ def process_changes(
     changes: Mapping[str, DataFrame],
     app_id: Callable[[str], str] | None = None,
     version: int | None = None,
-) -> dict[str, int]:
+) -> dict[str, Any]:
     """Maintain one view for one batch of silver change rows (per source, flat columns).
 
-    Callable without a stream: tests hand it change rows directly.
+    Callable without a stream: tests hand it change rows directly. `stats["phases"]` holds
+    seconds per phase (subscriptions, keys, merge) for progress lines and the benchmark.
     """
     written = 0
+    phases: dict[str, float] = {}
+    clock = time.monotonic()
+
+    def lap(phase: str) -> None:
+        nonlocal clock
+        now = time.monotonic()
+        phases[phase] = phases.get(phase, 0.0) + now - clock
+        clock = now
     # 1. subscriptions first, so a right change in the same batch already finds new subscribers
     for left, fk in plan.relations:
         if left.name in changes:
@@ -756,18 +770,22 @@ def process_changes(
             finally:
                 updates.unpersist()
             written += metrics["inserted"] + metrics["updated"] + metrics["deleted"]
+    lap("subscriptions")
     # 2. affected base keys
     changed = {name: rows.select(*pipeline.source(name).primary_key) for name, rows in changes.items()}
     keys = affected_base_keys(
         plan, changed, lambda left, fk: session.read.table(subscription_table(pipeline, left, fk.name))
     )
-    stats = {"affected_keys": 0, "inserted": 0, "updated": 0, "deleted": 0, "subscriptions_written": written}
+    stats: dict[str, Any] = {
+        "affected_keys": 0, "inserted": 0, "updated": 0, "deleted": 0, "subscriptions_written": written, "phases": phases
+    }
     if keys is None:
         return stats
     keys = keys.persist()
     try:
         count, first_values = _collect_small(keys)
         stats["affected_keys"] = count
+        lap("keys")
         if count == 0:
             return stats
         # 3. recompute exactly those keys from silver current
@@ -789,6 +807,7 @@ def process_changes(
             )
         finally:
             source.unpersist()
+        lap("merge")
     finally:
         keys.unpersist()
     return stats

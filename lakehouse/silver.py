@@ -32,12 +32,14 @@ edges in `apply_batch`):
 Semantics downstream readers rely on:
 
 - **Deletes in the change feed: a delete is an UPDATE to `_deleted = true`** (CDF
-  `update_preimage` alive row, `update_postimage` marker row, payload columns null). Silver
-  never issues a CDF `delete`. A delete for a key silver has never seen inserts a marker row
-  (CDF `insert` with `_deleted = true`); readers must treat any post-image or insert with
-  `_deleted = true` as "key absent". The marker holds the delete's sequence, so an older
-  update arriving later, however late, never resurrects the row. Cost: one small row per
-  deleted key, kept forever (no retention window to tune). Analysts query `<source>_live`.
+  `update_preimage` = the live row, `update_postimage` = the marker: key columns, payload
+  null, the delete's sequence). Silver never issues a CDF `delete`, and never an insert or
+  update whose both sides are deleted: current's feed is exactly insert (a key appears),
+  update live->live, live->marker (deleted), marker->live (re-created). A key created and
+  deleted before silver saw it live gets no row at all. A deleted key's marker stays forever
+  (one small row per deleted key, no retention window to tune), and an older update arriving
+  later, however late, never resurrects it: it is placed in history (which is read for every
+  touched key) behind the delete. Analysts query `<source>_live`.
 - **Truncates** (`_op='t'`, no key): every current row alive with a smaller sequence becomes a
   marker at the truncate's sequence (`_op='t'`), history gets a delete version per key alive
   at that point. Truncates are recorded in `silver._truncates`; a key's timeline always
@@ -59,6 +61,17 @@ Semantics downstream readers rely on:
   stream checkpoint and target table, version = batch id): a replayed batch writes nothing
   twice. Independently, planning from the tables' state makes a replay a no-op for current and
   history.
+
+Tables besides the two of `lakehouse.tables`: `silver._truncates` (source, sequence, source
+time), `silver._toast_<source>` (key, sequence, placeholder columns; one row per version that
+had placeholders), `silver._late_changes` (`late_changes_schema`), the `<source>_live` view,
+and a history table property holding the compaction horizon.
+
+Cost per batch: the stored history and current rows of the batch's keys are read (a broadcast
+semi-join, plus min/max key predicates so Delta skips files when keys are clustered), and
+the MERGEs join on the key (and sequence) with the same predicates. Only changed rows are
+written; with deletion vectors (on by default) an update marks the old row instead of
+rewriting its file. A truncate is the exception: it touches every key alive at it.
 """
 
 from __future__ import annotations
@@ -475,28 +488,44 @@ def plan_history(timeline: DataFrame, existing: DataFrame, source: Source) -> Da
     return joined.withColumn("_action", action).filter(F.col("_action").isNotNull()).select(*history_cols, "_unavailable", "_action")
 
 
-def newer_than_current(incoming_seq: Column, incoming_hash: Column, current_seq: Column, current_hash: Column) -> Column:
+def replaces_current(
+    incoming_seq: Column, incoming_hash: Column, incoming_deleted: Column,
+    current_seq: Column, current_hash: Column, current_deleted: Column,
+) -> Column:
     """The only condition under which a current row is replaced: a newer version, or the same
-    version with a different content (a TOAST value corrected). Never an identical rewrite."""
-    return (incoming_seq > current_seq) | ((incoming_seq == current_seq) & ~incoming_hash.eqNullSafe(current_hash))
+    version with a different content (a TOAST value corrected); never an identical rewrite and
+    never a marker by another marker."""
+    newer = (incoming_seq > current_seq) | ((incoming_seq == current_seq) & ~incoming_hash.eqNullSafe(current_hash))
+    return newer & ~(incoming_deleted & current_deleted)
 
 
 def plan_current(timeline: DataFrame, existing_current: DataFrame, source: Source) -> DataFrame:
     """Current rows to upsert: each touched key's last version, when it beats the stored row.
 
-    A key with no current row gets one, unless its last version is a truncate's derived delete:
-    the truncate watermark already keeps it absent, and a marker would be a change-feed row
-    caused by an out-of-order change. `_action` is `insert` or `update`.
+    The change feed of current carries only what a reader of the live table sees change:
+    a row appears (insert of a live version), changes (update to a newer version, or the same
+    version with a corrected TOAST value), disappears (update to a `_deleted` marker) or comes
+    back (update of a marker to a live version). So a key whose last version is deleted gets
+    no row if it never had one (deleted in the batch that created it, or only ever seen below
+    a truncate), and a marker is never rewritten into another marker (a truncate or late delete
+    behind an existing marker). History, not the marker, is what stops an older change from
+    resurrecting a key: the timeline always includes every stored version and truncate.
+    `_action` is `insert` or `update`.
     """
     keys = _keys(source)
     last = timeline.filter(F.col("_valid_to_sequence").isNull())
     cur = existing_current.select(
-        *keys, F.col("_sequence").alias("_cur_sequence"), F.col("_row_hash").alias("_cur_hash"), F.lit(True).alias("_cur_exists")
+        *keys,
+        F.col("_sequence").alias("_cur_sequence"),
+        F.col("_row_hash").alias("_cur_hash"),
+        F.col("_deleted").alias("_cur_deleted"),
+        F.lit(True).alias("_cur_exists"),
     )
     joined = last.join(cur, keys, "left")
-    insert = F.col("_cur_exists").isNull() & (~F.col("_deleted") | (F.col("_op") != TRUNCATE_OP))
-    update = F.col("_cur_exists").isNotNull() & newer_than_current(
-        F.col("_sequence"), F.col("_row_hash"), F.col("_cur_sequence"), F.col("_cur_hash")
+    insert = F.col("_cur_exists").isNull() & ~F.col("_deleted")
+    update = F.col("_cur_exists").isNotNull() & replaces_current(
+        F.col("_sequence"), F.col("_row_hash"), F.col("_deleted"),
+        F.col("_cur_sequence"), F.col("_cur_hash"), F.col("_cur_deleted"),
     )
     current_cols = [f.name for f in silver_current_schema(source).fields if f.name != "_updated_at"]
     return (
@@ -890,12 +919,15 @@ def _merge_current(spark: SparkSession, name: str, plan: DataFrame, source: Sour
         cond = cond & (F.col(f"t.{k}") == F.col(f"s.{k}"))
     cols = [f.name for f in silver_current_schema(source).fields if f.name != "_updated_at"]
     values = {c: F.col(f"s.{c}") for c in cols} | {"_updated_at": F.current_timestamp()}
-    newer = newer_than_current(F.col("s._sequence"), F.col("s._row_hash"), F.col("t._sequence"), F.col("t._row_hash"))
+    replaces = replaces_current(
+        F.col("s._sequence"), F.col("s._row_hash"), F.col("s._deleted"),
+        F.col("t._sequence"), F.col("t._row_hash"), F.col("t._deleted"),
+    )
     (
         DeltaTable.forName(spark, name).alias("t")
         .merge(plan.alias("s"), cond)
-        .whenMatchedUpdate(condition=newer, set=values)
-        .whenNotMatchedInsert(values=values)
+        .whenMatchedUpdate(condition=replaces, set=values)
+        .whenNotMatchedInsert(condition=~F.col("s._deleted"), values=values)
         .execute()
     )
 

@@ -169,7 +169,7 @@ class QualityReport:
         status = "OK" if self.ok else "FAILED"
         head = (
             f"quality {status}: run {self.run_id}, {len(self.validated)} tables, {self.evaluated} expectations, "
-            f"{len(self.errors)} failed, {len(self.warnings)} warnings, {len(self.skipped)} skipped "
+            f"{len(self.errors)} failed, {_plural(len(self.warnings), 'warning')}, {len(self.skipped)} skipped "
             f"({self.seconds:.1f}s)"
         )
         rows = [("table", "expectations", "failed", "failed expectations")]
@@ -180,9 +180,12 @@ class QualityReport:
             names = []
             for o in t.failed:
                 note = "" if o.severity == ERROR else " [warning]"
-                seen = f" -> {o.observed_value}" if o.observed_value is not None else ""
-                if o.unexpected_count is not None and o.observed_value is None:
+                if o.error:
+                    seen = f" -> {o.observed_value}"
+                elif o.unexpected_count is not None:
                     seen = f" -> {o.unexpected_count} unexpected"
+                else:
+                    seen = f" -> observed {o.observed_value}" if o.observed_value is not None else ""
                 names.append(f"{o.expectation}{note}{seen}")
             errors = sum(1 for o in t.failed if o.severity == ERROR)
             warned = len(t.failed) - errors
@@ -194,6 +197,10 @@ class QualityReport:
         ]
         lines.append(f"  results: {self.evaluated} rows in {self.results_table} (run_id {self.run_id})")
         return "\n".join(lines)
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
 
 
 # --------------------------------------------------------------------------- GX plumbing

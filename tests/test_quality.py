@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pyspark.sql.types import StructType
 
 from lakehouse.config import Pipeline, Source, View, parse_pipeline
 from lakehouse.tables import (
@@ -419,6 +420,22 @@ def test_tables_that_do_not_exist_yet_are_skipped(spark, shop_pipeline, lake):
     assert "skipped: table not found" in report.render()
     with pytest.raises(ValueError, match="unknown table"):
         run_quality(spark, p, lake, tables=["gold.nope"])
+
+
+def test_a_table_off_its_layout_is_reported_not_raised(spark, shop_pipeline, lake):
+    """A gold table missing a lineage column, with its silver table absent: the affected checks
+    fail with GX's error as observed value; the others still run; the run completes."""
+    p = unique_pipeline(shop_pipeline, uuid.uuid4().hex[:8])
+    view = p.views["orders_enriched"]
+    rows = [{k: v for k, v in r.items() if k != "_orders_hash"} for r in gold_rows(p, view, shop_silver(p))]
+    schema = StructType([f for f in gold_schema(p, view).fields if f.name != "_orders_hash"])
+    write(spark, gold_table(p, "orders_enriched"), rows, schema)
+    report = run_quality(spark, p, lake, tables=["gold.orders_enriched"])
+    assert {o.check for o in report.failed} == {"inner_hash_not_null:orders", "base_key_live", "base_not_stale"}
+    assert all(o.error and o.observed_value.startswith("ERROR: ") for o in report.failed)
+    assert "_orders_hash" in next(o.error for o in report.failed if o.check == "inner_hash_not_null:orders")
+    assert {o.check for o in report.outcomes if o.success} == {"key_not_null:order_id", "key_unique"}
+    assert not report.ok
 
 
 def test_job_entry_point(spark, defects, clean, lake, tmp_path: Path, shop_pipeline_path: Path, capsys):

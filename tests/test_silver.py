@@ -179,15 +179,10 @@ def versions(rows: list[dict[str, Any]]) -> list[tuple]:
 
 def test_current_keeps_latest_per_key_and_history_every_version(make_env):
     env = make_env()
-    stats = env.apply(
-        0,
-        ev("c", 1, product(1, "one")),
-        ev("u", 2, product(1, "one v2")),
-        ev("c", 3, product(2, "two")),
-        ev("d", 4, key={"id": 2}),
-        ev("tombstone", 4, key={"id": 2}),
-    )
-    assert (stats.changes_read, stats.tombstones, stats.current_upserted, stats.history_written) == (5, 1, 2, 4)
+    stats = env.apply(0, ev("c", 1, product(1, "one")), ev("u", 2, product(1, "one v2")), ev("c", 3, product(2, "two")))
+    assert (stats.changes_read, stats.current_upserted, stats.history_written) == (3, 2, 3)
+    stats = env.apply(1, ev("d", 4, key={"id": 2}), ev("tombstone", 4, key={"id": 2}))
+    assert (stats.changes_read, stats.tombstones, stats.current_upserted, stats.history_written) == (2, 1, 1, 2)
 
     current = env.current()
     assert current[1]["title"] == "one v2" and current[1]["_sequence"] == seq(2) and not current[1]["_deleted"]
@@ -287,22 +282,31 @@ def test_an_update_older_than_a_delete_never_resurrects_the_row(make_env):
 
 def test_a_delete_of_an_unseen_key_blocks_its_older_insert(make_env):
     env = make_env()
+    start = env.version(env.current_name)
     env.apply(0, ev("d", 30, key={"id": 7}))
-    assert env.current()[7]["_deleted"]  # marker inserted: the key has been seen
     env.apply(1, ev("c", 10, product(7, "older insert")))
-    assert env.current()[7]["_deleted"] and env.current()[7]["_sequence"] == seq(30, "d")
-    assert env.live() == {}
+    # never live: no current row, no change-feed row; history holds both and orders them
+    assert 7 not in env.current() and env.live() == {} and env.cdf(start) == []
     assert [v[0] for v in versions(env.history(7))] == [seq(10), seq(30, "d")]
+
+
+def test_a_key_created_and_deleted_within_one_batch_never_reaches_current(make_env):
+    env = make_env()
+    start = env.version(env.current_name)
+    env.apply(0, ev("c", 1, product(1, "brief")), ev("d", 2, key={"id": 1}), ev("tombstone", 2, key={"id": 1}))
+    assert env.current() == {} and env.cdf(start) == []
+    assert [v[1] for v in versions(env.history(1))] == ["c", "d"]
 
 
 def test_truncate_deletes_older_rows_and_keeps_older_late_changes_out_of_current(make_env):
     env = make_env()
-    env.apply(0, ev("c", 1, product(1, "one")), ev("c", 2, product(2, "two")), ev("d", 3, key={"id": 2}))
-    stats = env.apply(1, ev("t", 10), ev("c", 12, product(3, "after truncate")))
+    env.apply(0, ev("c", 1, product(1, "one")), ev("c", 2, product(2, "two")))
+    env.apply(1, ev("d", 3, key={"id": 2}))
+    stats = env.apply(2, ev("t", 10), ev("c", 12, product(3, "after truncate")))
     assert stats.truncates == 1
     current = env.current()
     assert current[1]["_deleted"] and current[1]["_sequence"] == seq(10, "t") and current[1]["_op"] == "t"
-    assert current[2]["_sequence"] == seq(3, "d")  # already deleted: untouched
+    assert current[2]["_sequence"] == seq(3, "d")  # already a marker: untouched
     assert set(env.live()) == {3}
     assert versions(env.history(1))[-1] == (seq(10, "t"), "t", True, None, at(10), None, None)
     assert len(env.history(2)) == 2  # no delete version for a key already deleted
@@ -310,7 +314,7 @@ def test_truncate_deletes_older_rows_and_keeps_older_late_changes_out_of_current
 
     # late: a change older than the truncate for a key current never had, and one for key 1
     version = env.version(env.current_name)
-    stats = env.apply(2, ev("c", 5, product(4, "before truncate")), ev("u", 6, product(1, "one v6")))
+    stats = env.apply(3, ev("c", 5, product(4, "before truncate")), ev("u", 6, product(1, "one v6")))
     assert stats.out_of_order == 2 and stats.current_upserted == 0
     assert env.cdf(version) == [] and 4 not in env.current() and set(env.live()) == {3}
     assert versions(env.history(4)) == [
@@ -320,7 +324,7 @@ def test_truncate_deletes_older_rows_and_keeps_older_late_changes_out_of_current
     assert [v[0] for v in versions(env.history(1))] == [seq(1), seq(6), seq(10, "t")]
 
     # a change newer than the truncate is applied normally
-    env.apply(3, ev("c", 15, product(4, "after")))
+    env.apply(4, ev("c", 15, product(4, "after")))
     assert env.live()[4]["title"] == "after"
 
 
@@ -329,12 +333,13 @@ def test_a_late_delete_before_a_truncate_removes_the_truncates_delete_version(ma
     env.apply(0, ev("c", 1, product(1, "one")))
     env.apply(1, ev("t", 10))
     assert [v[1] for v in versions(env.history(1))] == ["c", "t"]
+    version = env.version(env.current_name)
     env.apply(2, ev("d", 5, key={"id": 1}))  # the key was already gone when the truncate ran
     assert versions(env.history(1)) == [
         (seq(1), "c", False, "one", at(1), at(5), seq(5, "d")),
         (seq(5, "d"), "d", True, None, at(5), None, None),
     ]
-    assert env.current()[1]["_deleted"]
+    assert env.current()[1]["_deleted"] and env.cdf(version) == []  # a marker is not rewritten by a marker
 
 
 # --------------------------------------------------------------------------- 6. every CDC case
