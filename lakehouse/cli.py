@@ -190,13 +190,18 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     ensure_schemas(spark, pipeline)
     lake = lake_root(args.lake)
+    failed = []
     for stage in stages:
         started = time.monotonic()
         report = run_stage(stage, spark, pipeline, lake, args)
         _say(f"{stage}: done in {time.monotonic() - started:.1f}s")
         if report is not None and hasattr(report, "render"):
             _say(report.render())
-    return 0
+        if getattr(report, "ok", True) is False:
+            failed.append(stage)
+    if failed:
+        _say(f"run: {', '.join(failed)} reported failures (see above)")
+    return 1 if failed else 0
 
 
 def run_stage(stage: str, spark: Any, pipeline: Any, lake: Path, args: argparse.Namespace) -> Any:

@@ -231,7 +231,8 @@ class _Located:
         if isinstance(node, yaml.MappingNode):
             out: dict[Any, Any] = {}
             for key_node, value_node in node.value:
-                key = yaml.SafeLoader.construct_object(yaml.SafeLoader(""), key_node)  # scalar keys only
+                # Keys are names: take their text, so YAML 1.1 words (on, no, yes) stay strings.
+                key = key_node.value if isinstance(key_node, yaml.ScalarNode) else str(key_node.start_mark)
                 child = f"{path}.{key}" if path else str(key)
                 self.lines[child] = key_node.start_mark.line + 1
                 out[key] = self._convert(value_node, child)

@@ -25,10 +25,11 @@ import json
 import logging
 import time
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType, TimestampType
@@ -212,6 +213,25 @@ def quiet_gx() -> None:
         logging.getLogger(name).setLevel(logging.ERROR)
 
 
+@contextmanager
+def _query_error_logs_muted() -> Iterator[None]:
+    """PySpark 4 logs every failing SQL/DataFrame query at ERROR, with the whole JVM stack, to
+    its query-context loggers, even when the caller handles the exception. GX catches a failing
+    check's exception and this runner reports it (first line, in the results table), so the
+    log would only bury the summary; it is muted for the run and restored afterwards."""
+    from pyspark.logger import PySparkLogger
+
+    loggers = [PySparkLogger.getLogger(n) for n in ("SQLQueryContextLogger", "DataFrameQueryContextLogger")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.CRITICAL + 1)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+
+
 def _gx_context() -> Any:
     """An ephemeral context with progress bars off (they would write to stderr per table)."""
     import great_expectations as gx
@@ -283,7 +303,8 @@ def _outcome(ts: TableSuite, result: Any, table_rows: int | None) -> Expectation
     candidates = [info] + [v for v in info.values() if isinstance(v, dict)]
     for candidate in candidates:
         if candidate.get("raised_exception"):
-            error = str(candidate.get("exception_message") or "exception while computing the expectation")
+            message = str(candidate.get("exception_message") or "exception while computing the expectation")
+            error = message.strip().splitlines()[0]  # Spark appends the whole plan; the first line says it
             break
     unexpected = _as_int(body.get("unexpected_count"))
     element = _as_int(body.get("element_count"))
@@ -390,8 +411,9 @@ def run_quality(
     datasource = context.data_sources.add_spark(name=f"{pipeline.name}_lake", persist=False)
     table_outcomes: list[TableOutcome] = []
     try:
-        for ts in suites:
-            table_outcomes.append(_validate_table(spark, context, datasource, gx, ts))
+        with _query_error_logs_muted():
+            for ts in suites:
+                table_outcomes.append(_validate_table(spark, context, datasource, gx, ts))
     finally:
         spark.catalog.dropTempView(_GX_TEMP_VIEW)  # session-local, no metastore call
 

@@ -125,3 +125,12 @@ def test_cli_rejects_a_bad_file_before_any_job_starts(tmp_path: Path, capsys: py
     err = capsys.readouterr().err
     assert f"{bad}:17: sources.orders.foreign_keys.customer.references" in err
     assert not (tmp_path / "lake").exists()  # nothing was started
+
+
+def test_yaml_1_1_words_stay_names_as_keys():
+    """`on:` would be the boolean true in YAML 1.1; as a field or column name it must stay text."""
+    text = GOOD.replace("      - {alias: c, via: orders.customer, type: left}", "      - {alias: c, table: customers, on: primary_key, type: outer}")
+    pipeline = parse_pipeline(text.replace("      name: string", "      name: string\n      no: string"))
+    join = pipeline.views["orders_enriched"].joins[0]
+    assert join.is_primary_key_join and join.type == "outer"
+    assert "no" in pipeline.source("customers").column_names
