@@ -57,7 +57,7 @@ def _raw_ceiling(spark: SparkSession, pipeline: Pipeline, bootstrap: str, table:
     )
     started = time.monotonic()
     query = (
-        kafka_stream(spark, pipeline, bootstrap, max_offsets)
+        kafka_stream(spark, bootstrap, pipeline.kafka.starting_offsets, max_offsets, topics=pipeline.topics)
         .select(*KAFKA_COLUMNS)
         .writeStream.format("delta")
         .option("checkpointLocation", str(checkpoint))

@@ -11,6 +11,7 @@ rows instead of every row of every touched file.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 import uuid
 from dataclasses import dataclass
@@ -129,9 +130,9 @@ def _value_expr(source: Source, column: str, salt: str) -> str:
 def _seed_tables(spark: SparkSession, pipeline: Pipeline, source: Source, rows: int) -> None:
     """Current and history with `rows` keys, one version each (sequence 10*id+1)."""
     key = source.primary_key[0]
-    values = ", ".join(f"{_value_expr(source, c, '')} as `{c}`" for c in source.value_columns)
+    values = [f"{_value_expr(source, c, '')} as `{c}`" for c in source.value_columns]
     base = spark.range(rows).selectExpr(
-        f"id as `{key}`", values, "cast(id * 10 + 1 as decimal(38,0)) as _sequence",
+        f"id as `{key}`", *values, "cast(id * 10 + 1 as decimal(38,0)) as _sequence",
         "timestamp_millis(1767225600000 + id) as _ts",
     )
     hashed = base.withColumn("_deleted", F.lit(False))
@@ -153,13 +154,13 @@ def _change_batch(spark: SparkSession, source: Source, rows: int, changes: int) 
     key = source.primary_key[0]
     stride = max(1, rows // changes)
     top = rows * 10 + 10
-    after = ", ".join(f"{_value_expr(source, c, '-v2')} as `{c}`" for c in source.value_columns)
+    after = [f"{_value_expr(source, c, '-v2')} as `{c}`" for c in source.value_columns]
     df = spark.range(changes).selectExpr(
         "id as n",
         f"case when id % 10 = 9 then {rows} + id else (id * {stride}) % {rows} end as id",
         "case when id % 10 = 8 then 'd' when id % 10 = 9 then 'c' else 'u' end as op",
     )
-    df = df.selectExpr("n", "op", "id", after)
+    df = df.selectExpr("n", "op", "id", *after)
     schema = bronze_schema(source)
     return df.select(
         F.lit(source.topic).alias("_topic"),
@@ -186,6 +187,28 @@ def _change_batch(spark: SparkSession, source: Source, rows: int, changes: int) 
         (F.lit(top) + F.col("n") * 10 + 1).cast("decimal(38,0)").alias("_sequence"),
         F.current_timestamp().alias("_ingested_at"),
     )
+
+
+class _PhaseCapture(logging.Handler):
+    """Collects apply_batch's DEBUG phase timings while active."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.text = ""
+        self._logger = logging.getLogger("lakehouse.silver")
+        self._level = self._logger.level
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.text = record.getMessage()
+
+    def __enter__(self) -> "_PhaseCapture":
+        self._logger.addHandler(self)
+        self._logger.setLevel(logging.DEBUG)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._logger.removeHandler(self)
+        self._logger.setLevel(self._level)
 
 
 def _last_merge_metrics(spark: SparkSession, table: str) -> dict[str, int]:
@@ -216,8 +239,10 @@ def bench_silver(
             _seed_tables(spark, variant, source, size)
             seed_s = time.perf_counter() - t0
             batch = _change_batch(spark, source, size, changes).localCheckpoint(eager=True)
+            phases = _PhaseCapture()
             t0 = time.perf_counter()
-            stats = apply_batch(batch, 0, variant, source, app_id=f"bench-{run}")
+            with phases:
+                stats = apply_batch(batch, 0, variant, source, app_id=f"bench-{run}")
             seconds = time.perf_counter() - t0
             cur = _last_merge_metrics(spark, silver_current_table(variant, source))
             hist = _last_merge_metrics(spark, silver_history_table(variant, source))
@@ -239,6 +264,7 @@ def bench_silver(
                     "current_scan_ms": cur.get("scanTimeMs", 0),
                     "history_rows_copied": hist.get("numTargetRowsCopied", 0),
                     "rows_rewritten_per_changed_row": round(rewritten / changed, 2) if changed else None,
+                    "phases": phases.text,
                 }
             )
             spark.sql(f"DROP SCHEMA IF EXISTS {schema} CASCADE")

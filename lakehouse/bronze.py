@@ -2,11 +2,13 @@
 
 Parsing is two-tier, and `lakehouse.debezium.decode_record` is the single source of truth:
 
-1. a Spark SQL pass (VARIANT: `try_parse_json`, `try_variant_get`, `schema_of_variant`)
-   decodes every record whose shape is common and unambiguous (what Debezium sends), and
-   flags it `_fast`. It is deliberately conservative: anything unusual (a double with more
-   than 15 digits, decimal bytes longer than 8, a timestamp string without offset, every
-   malformed record...) is left unflagged;
+1. a Spark SQL pass decodes every record whose shape is common and unambiguous (what
+   Debezium sends) and flags it `_fast`: one strict `from_json` of the value with a typed
+   schema (integers, booleans and doubles typed by Jackson, where a mismatch marks the
+   record corrupt; strings, decimals, timestamps and dates as VARIANT so their JSON type is
+   known), the small key as VARIANT. It is deliberately conservative: anything unusual (a
+   TOAST placeholder in a numeric column, a timestamp string without offset, decimal bytes
+   wider than 16, any malformed record...) is left unflagged;
 2. every unflagged record goes through `decode_record` in a Python UDF, which either decodes
    it exactly or names the specific reason for quarantine.
 
@@ -14,13 +16,13 @@ So malformed records get precise reasons, and clean traffic never pays for Pytho
 differential test holds the SQL pass to `decode_record` on valid and fuzzed records.
 `parser="python"` sends every record through Python (kept for the benchmark's comparison).
 
-The streaming runner reads all of a pipeline's topics in ONE query (one Kafka consumer, one
-checkpoint): on a 2-core machine one micro-batch writing several tables costs far less than
-one query per source, and a query subscribed by pattern (`<prefix>.<schema>.*`) also sees
-topics that no source declares, which then land in quarantine instead of being ignored.
-Exactly-once: each table write in a micro-batch carries Delta's `txnAppId` (the streaming
-query id, stable across restarts from the same checkpoint, new for a new checkpoint) and
-`txnVersion` (the batch id), so a batch replayed after a crash writes nothing twice.
+Streams: one streaming query per source (plus one for undeclared topics), each with its own
+checkpoint, started together. The SQL pass is part of each query's plan, so it is built
+once per run instead of through thousands of py4j calls every micro-batch, and concurrent
+queries keep both cores busy (a single query would decode one topic-partition at a time).
+Exactly-once: each table write of a micro-batch carries Delta's `txnAppId` (the query id,
+stable across restarts from the same checkpoint, new for a new checkpoint) and `txnVersion`
+(the batch id), so a batch replayed after a crash writes nothing twice.
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ from lakehouse.config import Column, Pipeline, Source
 from lakehouse.errors import CdcEnrichError
 from lakehouse.paths import checkpoint_dir
 from lakehouse.spark import ensure_schemas
-from lakehouse.tables import bronze_schema, bronze_table, quarantine_schema, quarantine_table, spark_type
+from lakehouse.tables import bronze_schema, bronze_table, quarantine_schema, quarantine_table
 
 log = logging.getLogger("lakehouse.bronze")
 
@@ -118,16 +120,21 @@ def _true(condition: SqlColumn) -> SqlColumn:
 
 
 def _all(conditions: Iterable[SqlColumn]) -> SqlColumn:
-    result = F.lit(True)
-    for condition in conditions:
-        result = result & _true(condition)
-    return result
+    """AND of many conditions as a balanced tree: a long left-deep chain overflows the JVM
+    stack of the thread that generates and compiles its code."""
+    terms = [_true(c) for c in conditions]
+    if not terms:
+        return F.lit(True)
+    while len(terms) > 1:
+        terms = [terms[i] & terms[i + 1] if i + 1 < len(terms) else terms[i] for i in range(0, len(terms), 2)]
+    return terms[0]
 
 
 def _json_text(raw: SqlColumn) -> SqlColumn:
-    """The bytes as text when they are UTF-8 and start like a JSON object (the fast path's shape)."""
+    """The bytes as text when they have the fast path's shape: UTF-8, starting like a JSON
+    object, without \\u escapes (Jackson turns a lone surrogate into '?'; Python rejects it)."""
     text = raw.cast("string")
-    return F.when(F.is_valid_utf8(text) & text.startswith("{"), text)
+    return F.when(F.is_valid_utf8(text) & text.startswith("{") & ~text.contains("\\u"), text)
 
 
 def _no_null_elements(array: SqlColumn) -> SqlColumn:
@@ -428,18 +435,24 @@ def decode_sql(source: Source, kafka: DataFrame) -> DataFrame:
                 values[(i, c.name)] = _parsed(st, env[i][c.name], c)
     file = _convert(st, file_field)
     st.flush()
-    # 6. assemble
-    src = {name: env["source"][name] for name, _ in _SOURCE_FIELDS}
-    src["file"] = file.value
-    key_struct = F.struct(*[keys[k].value.alias(k) for k in source.primary_key])
-    key_ok = _all([key_size == F.lit(len(source.primary_key)), key_header_ok] + [keys[k].ok & keys[k].value.isNotNull() for k in source.primary_key])
+    # 6. combine the per-field checks (staged, so no final expression grows deep)
+    key_ok = st.put(_all([key_size == F.lit(len(source.primary_key)), key_header_ok]
+                         + [keys[k].ok & keys[k].value.isNotNull() for k in source.primary_key]))
     check_key = op != F.lit("t")
-    image_structs, image_ok = {}, {}
+    image_ok = {}
     for i in images:
         checks = [_no_null_elements(image_hints[i])] + [values[(i, c.name)].ok for c in source.columns]
         checks += [~check_key | _true(values[(i, k)].value == keys[k].value) for k in source.primary_key]
-        image_ok[i] = ~image_present[i] | _all(checks)
-        image_structs[i] = F.when(image_present[i], F.struct(*[values[(i, c.name)].value.alias(c.name) for c in source.columns]))
+        image_ok[i] = st.put(~image_present[i] | _all(checks))
+    st.flush()
+    # 7. assemble
+    src = {name: env["source"][name] for name, _ in _SOURCE_FIELDS}
+    src["file"] = file.value
+    key_struct = F.struct(*[keys[k].value.alias(k) for k in source.primary_key])
+    image_structs = {
+        i: F.when(image_present[i], F.struct(*[values[(i, c.name)].value.alias(c.name) for c in source.columns]))
+        for i in images
+    }
     unavailable = F.nullif(F.concat_ws(",", *[F.when(values[("after", c.name)].placeholder, F.lit(c.name)) for c in source.columns]), F.lit(""))
     snapshot_var = env["source"]["snapshot"]
     snapshot_ok = _true(~_present(snapshot_var)) | _true(snapshot_kind.isin("STRING", "BOOLEAN"))
@@ -746,13 +759,16 @@ class BronzeReport:
     trigger: str
     parser: str
     quarantine_table: str
-    query_id: str | None = None
-    batches: int = 0
-    records: int = 0  # Kafka records read
+    records: int = 0  # Kafka records read, all streams
     replayed_batches: int = 0  # batches Delta had already committed (restart after a crash)
-    unknown_topic_records: int = 0
+    unknown_topic_records: int = 0  # quarantined because no source declares their topic
     seconds: float = 0.0
     tables: dict[str, TableReport] = field(default_factory=dict)
+
+    @property
+    def batches(self) -> int:
+        """Micro-batches with records, summed over the source streams."""
+        return sum(t.batches for t in self.tables.values())
 
     @property
     def rows(self) -> int:
@@ -766,7 +782,7 @@ class BronzeReport:
         """A small text table for the CLI."""
         lines = [
             f"bronze {self.pipeline}: {self.records} records in {self.batches} batches, {self.seconds:.1f}s "
-            f"(parser {self.parser}, trigger {self.trigger}, checkpoint {self.checkpoint})"
+            f"(parser {self.parser}, trigger {self.trigger}, checkpoints {self.checkpoint})"
         ]
         width = max([len(t.table) for t in self.tables.values()] + [len(self.quarantine_table)])
         lines.append(f"  {'table':<{width}}  {'rows':>9}  {'quarantined':>11}  {'batches':>7}")
@@ -778,19 +794,27 @@ class BronzeReport:
         return "\n".join(lines)
 
 
-def topic_pattern(pipeline: Pipeline) -> str:
-    """The Kafka subscription: every declared topic plus `<prefix>.<schema>.<anything>`.
+def undeclared_pattern(pipeline: Pipeline) -> str:
+    """Topics `<prefix>.<schema>.<table>` that no source declares (Java regex, negative lookahead).
 
-    The second part catches a table the connector captures but the pipeline does not
-    declare, so its records reach quarantine (visible) instead of being ignored.
+    Debezium names a captured table's topic this way; a table captured but not declared
+    would otherwise be ignored silently. Its records go to quarantine instead.
     """
+    declared = "|".join(re.escape(t) for t in pipeline.topics)
     family = re.escape(f"{pipeline.kafka.topic_prefix}.{pipeline.kafka.source_schema}.") + r"[^.]+"
-    declared = [re.escape(t) for t in pipeline.topics]
-    return "^(?:" + "|".join(declared + [family]) + ")$"
+    return f"^(?!(?:{declared})$){family}$"
 
 
-def kafka_stream(spark: SparkSession, pipeline: Pipeline, bootstrap: str, max_offsets_per_trigger: int, undeclared_topics: bool = True) -> DataFrame:
-    """The pipeline's Kafka topics as one streaming DataFrame.
+def kafka_stream(
+    spark: SparkSession,
+    bootstrap: str,
+    starting_offsets: str,
+    max_offsets_per_trigger: int,
+    *,
+    topics: Iterable[str] = (),
+    pattern: str | None = None,
+) -> DataFrame:
+    """Kafka topics (a list, or a pattern) as a streaming DataFrame of raw records.
 
     `failOnDataLoss` stays true: if offsets the checkpoint expects were deleted (retention,
     a recreated topic) the stream stops loudly rather than skipping records silently.
@@ -799,126 +823,140 @@ def kafka_stream(spark: SparkSession, pipeline: Pipeline, bootstrap: str, max_of
     reader = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", bootstrap)
-        .option("startingOffsets", pipeline.kafka.starting_offsets)
+        .option("startingOffsets", starting_offsets)
         .option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))
         .option("failOnDataLoss", "true")
     )
-    if undeclared_topics:
-        reader = reader.option("subscribePattern", topic_pattern(pipeline))
-    else:
-        reader = reader.option("subscribe", ",".join(pipeline.topics))
+    reader = reader.option("subscribePattern", pattern) if pattern else reader.option("subscribe", ",".join(topics))
     return reader.load()
 
 
-class _BatchIngest:
-    """The foreachBatch function: one micro-batch of Kafka records -> bronze tables + quarantine."""
+def _append(spark: SparkSession, rows: DataFrame, table: str, app_id: str, batch_id: int, replay_check: bool) -> bool:
+    """Append with Delta's idempotent-writer options; False when Delta skipped it as already written.
 
-    def __init__(self, pipeline: Pipeline, parser: str, report: BronzeReport, say: Callable[[str], None]) -> None:
+    Only the first batch of a run can be a replay (of the batch the previous run did not
+    commit), so only then is the table version compared around the write.
+    """
+    before = _table_version(spark, table) if replay_check else None
+    (
+        rows.write.format("delta")
+        .mode("append")
+        .option("txnAppId", app_id)
+        .option("txnVersion", batch_id)
+        .saveAsTable(table)
+    )
+    return before is None or _table_version(spark, table) > before
+
+
+class _Stream:
+    """The foreachBatch function of one stream; subclasses write one micro-batch."""
+
+    name = ""
+
+    def __init__(self, pipeline: Pipeline, report: BronzeReport, lock: threading.Lock, say: Callable[[str], None]) -> None:
         self.pipeline = pipeline
-        self.parser = parser
         self.report = report
+        self.lock = lock
         self.say = say
         self.app_id: str | None = None
         self._bound = threading.Event()
         self._first_batch = True
 
     def bind(self, query_id: str) -> None:
-        """The txnAppId: the query id, persisted in the checkpoint (new checkpoint, new id)."""
+        """The txnAppId: the query id, kept in the checkpoint (a new checkpoint gets a new one)."""
         self.app_id = f"cdc-enrich-bronze-{query_id}"
         self._bound.set()
 
+    def reset(self) -> None:
+        """Before a (re)start: unbound, and the next batch may be a replay."""
+        self._bound.clear()
+        self._first_batch = True
+
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
-        if not self._bound.wait(timeout=120):
-            raise CdcEnrichError("bronze batch started before the streaming query id was known")
-        spark = batch_df.sparkSession
+        if not self._bound.wait(timeout=300):
+            raise CdcEnrichError(f"stream {self.name}: batch started before the query id was known")
         started = time.monotonic()
-        raw = batch_df.select(*KAFKA_COLUMNS).persist()
-        cached: list[DataFrame] = [raw]
+        cached: list[DataFrame] = []
         try:
-            per_topic = {r["topic"]: int(r["count"]) for r in raw.groupBy("topic").count().collect()}
-            total = sum(per_topic.values())
-            if total == 0:
-                return
-            replay_check = self._first_batch
-            written_parts: list[str] = []
-            quarantine_parts: list[DataFrame] = []
-            skipped = 0
-            for source in self.pipeline.sources.values():
-                if not per_topic.get(source.topic):
-                    continue
-                good, bad, good_n, bad_n = self._decode(source, raw.where(F.col("topic") == F.lit(source.topic)), cached)
-                entry = self.report.tables[source.name]
-                entry.batches += 1
-                entry.quarantined += bad_n
-                if bad_n:
-                    quarantine_parts.append(quarantine_rows(source, bad))
-                if good_n:
-                    wrote = self._append(spark, bronze_rows(source, good), bronze_table(self.pipeline, source), batch_id, replay_check)
-                    entry.rows += good_n if wrote else 0
-                    skipped += 0 if wrote else 1
-                    written_parts.append(f"{source.name} +{good_n if wrote else 0}")
-                if bad_n:
-                    written_parts.append(f"{source.name} quarantined {bad_n}")
-            unknown = total - sum(per_topic.get(s.topic, 0) for s in self.pipeline.sources.values())
-            if unknown:
-                quarantine_parts.append(unknown_topic_rows(self.pipeline, raw))
-                self.report.unknown_topic_records += unknown
-                undeclared = sorted(t for t in per_topic if t not in self.pipeline.topics)
-                written_parts.append(f"undeclared topics {', '.join(undeclared)}: quarantined {unknown}")
-            if quarantine_parts:
-                rows = quarantine_parts[0]
-                for part in quarantine_parts[1:]:
-                    rows = rows.unionByName(part)
-                wrote = self._append(spark, rows, quarantine_table(self.pipeline), batch_id, replay_check)
-                skipped += 0 if wrote else 1
-            self._first_batch = False
-            self.report.batches += 1
-            self.report.records += total
-            if skipped:
-                self.report.replayed_batches += 1
-            note = f" (replayed: {skipped} table(s) already had this batch, skipped)" if skipped else ""
-            self.say(
-                f"bronze {self.pipeline.name} batch {batch_id}: {total} records; "
-                f"{'; '.join(written_parts)}{note} ({time.monotonic() - started:.1f}s)"
-            )
+            summary = self.write(batch_df.sparkSession, batch_df, batch_id, cached)
         finally:
             for df in cached:
                 df.unpersist()
+        self._first_batch = False
+        if summary:
+            self.say(f"bronze {self.pipeline.name}/{self.name} batch {batch_id}: {summary} ({time.monotonic() - started:.1f}s)")
 
-    def _decode(self, source: Source, kafka: DataFrame, cached: list[DataFrame]) -> tuple[DataFrame, DataFrame, int, int]:
-        """(bronze-bound rows, rejected rows, their counts) of one source in this batch."""
+    def write(self, spark: SparkSession, batch: DataFrame, batch_id: int, cached: list[DataFrame]) -> str:
+        raise NotImplementedError
+
+
+class _SourceStream(_Stream):
+    """One source's topic -> its bronze table (+ quarantine for what does not decode)."""
+
+    def __init__(self, pipeline: Pipeline, source: Source, parser: str, report: BronzeReport, lock: threading.Lock, say: Callable[[str], None]) -> None:
+        super().__init__(pipeline, report, lock, say)
+        self.source = source
+        self.parser = parser
+        self.name = source.name
+
+    def write(self, spark: SparkSession, batch: DataFrame, batch_id: int, cached: list[DataFrame]) -> str:
+        good, bad, good_n, bad_n = self._decode(batch, cached)
+        if good_n + bad_n == 0:
+            return ""
+        replay_check = self._first_batch
+        wrote_rows = wrote_bad = True
+        if good_n:
+            wrote_rows = _append(spark, bronze_rows(self.source, good), bronze_table(self.pipeline, self.source), self.app_id, batch_id, replay_check)
+        if bad_n:
+            wrote_bad = _append(spark, quarantine_rows(self.source, bad), quarantine_table(self.pipeline), self.app_id, batch_id, replay_check)
+        replayed = not (wrote_rows and wrote_bad)
+        with self.lock:
+            entry = self.report.tables[self.source.name]
+            entry.batches += 1
+            entry.rows += good_n if wrote_rows else 0
+            entry.quarantined += bad_n if wrote_bad else 0
+            self.report.records += good_n + bad_n
+            self.report.replayed_batches += 1 if replayed else 0
+        note = " (replayed batch: Delta had it already, nothing written twice)" if replayed else ""
+        return f"{good_n + bad_n} records, +{good_n if wrote_rows else 0} rows, +{bad_n if wrote_bad else 0} quarantined{note}"
+
+    def _decode(self, batch: DataFrame, cached: list[DataFrame]) -> tuple[DataFrame, DataFrame, int, int]:
+        """(bronze-bound rows, rejected rows, their counts) of this micro-batch."""
         if self.parser == "python":
-            decoded = decode_python(source, kafka).persist()
+            decoded = decode_python(self.source, batch).persist()
             cached.append(decoded)
-            bad_n = decoded.where(F.col("_reason").isNotNull()).count()
-            return decoded, decoded, decoded.count() - bad_n, bad_n
-        sql = decode_sql(source, kafka).persist()
+            counts = {bool(r["ok"]): int(r["count"]) for r in decoded.groupBy(F.col("_reason").isNull().alias("ok")).count().collect()}
+            return decoded, decoded, counts.get(True, 0), counts.get(False, 0)
+        sql = batch.persist()  # the stream already ran the SQL pass
         cached.append(sql)
         counts = {bool(r["_fast"]): int(r["count"]) for r in sql.groupBy("_fast").count().collect()}
         fast = _fast_rows(sql)
         if not counts.get(False):
             return fast, fast.limit(0), counts.get(True, 0), 0
-        slow = decode_python(source, _slow_input(sql)).persist()
+        slow = decode_python(self.source, _slow_input(sql)).persist()
         cached.append(slow)
         bad_n = slow.where(F.col("_reason").isNotNull()).count()
-        good_n = counts.get(True, 0) + counts[False] - bad_n
-        return fast.unionByName(slow), slow, good_n, bad_n
+        return fast.unionByName(slow), slow, counts.get(True, 0) + counts[False] - bad_n, bad_n
 
-    def _append(self, spark: SparkSession, rows: DataFrame, table: str, batch_id: int, replay_check: bool) -> bool:
-        """Append idempotently; False when Delta skipped it (this batch id was already written).
 
-        Only the first batch of a run can be a replay, so only then is the table version
-        compared around the write (two small log reads).
-        """
-        before = _table_version(spark, table) if replay_check else None
-        (
-            rows.write.format("delta")
-            .mode("append")
-            .option("txnAppId", self.app_id)
-            .option("txnVersion", batch_id)
-            .saveAsTable(table)
-        )
-        return before is None or _table_version(spark, table) > before
+class _UndeclaredStream(_Stream):
+    """Topics of the connector's family that no source declares -> quarantine."""
+
+    name = "_undeclared"
+
+    def write(self, spark: SparkSession, batch: DataFrame, batch_id: int, cached: list[DataFrame]) -> str:
+        raw = batch.select(*KAFKA_COLUMNS).persist()
+        cached.append(raw)
+        per_topic = {r["topic"]: int(r["count"]) for r in raw.groupBy("topic").count().collect()}
+        total = sum(per_topic.values())
+        if not total:
+            return ""
+        wrote = _append(spark, unknown_topic_rows(self.pipeline, raw), quarantine_table(self.pipeline), self.app_id, batch_id, self._first_batch)
+        with self.lock:
+            self.report.unknown_topic_records += total if wrote else 0
+            self.report.records += total
+            self.report.replayed_batches += 0 if wrote else 1
+        return f"{total} records on undeclared topics {', '.join(sorted(per_topic))} -> quarantine" + ("" if wrote else " (replayed, skipped)")
 
 
 def run_bronze(
@@ -935,20 +973,28 @@ def run_bronze(
     timeout_s: float | None = None,
     checkpoint: Path | None = None,
 ) -> BronzeReport:
-    """Ingest the pipeline's Debezium topics into bronze with one streaming query.
+    """Ingest the pipeline's Debezium topics into bronze: one streaming query per source.
 
-    `available_now` processes what Kafka holds at start (in batches of at most
-    `max_offsets_per_trigger`, default from the pipeline) and returns; `processing_time`
-    runs every `options.processing_time` until stopped, or for `timeout_s` seconds.
-    `undeclared_topics=False` subscribes to the declared topics only (for a connector that
-    captures tables other pipelines own). Restarting on the same checkpoint resumes where
-    the last committed batch ended; a batch replayed after a crash is not written twice.
+    Why one stream per source: each query's SQL pass is planned once when it starts (not
+    rebuilt through py4j every micro-batch), each writes one table, and the queries run
+    concurrently, so a 2-core machine works on two topics at once. A further query reads
+    `<prefix>.<schema>.*` topics no source declares and quarantines them
+    (`undeclared_topics=False` skips it, for a connector that captures tables other
+    pipelines own). Checkpoints: `<checkpoint>/<source>` (default base:
+    `checkpoint_dir(lake, pipeline.name, "bronze")`).
+
+    `available_now` drains what Kafka holds at start, in batches of at most
+    `max_offsets_per_trigger` (default: the pipeline's) per stream, and returns;
+    `processing_time` runs every `options.processing_time` until `timeout_s` (or forever).
+    Restarting on the same checkpoints resumes after the last committed batch; a batch
+    replayed after a crash is not written twice (txnAppId/txnVersion).
     """
     _check_choice("trigger", trigger, TRIGGERS)
     _check_choice("parser", parser, PARSERS)
     lake = Path(lake)
-    location = Path(checkpoint) if checkpoint else checkpoint_dir(lake, pipeline.name, STREAM)
+    base = Path(checkpoint) if checkpoint else checkpoint_dir(lake, pipeline.name, STREAM)
     max_offsets = max_offsets_per_trigger or pipeline.kafka.max_offsets_per_trigger
+    starting = pipeline.kafka.starting_offsets
 
     def say(message: str) -> None:
         log.info(message)
@@ -957,43 +1003,111 @@ def run_bronze(
 
     ensure_bronze_tables(spark, pipeline)
     report = BronzeReport(
-        pipeline=pipeline.name, checkpoint=str(location), trigger=trigger, parser=parser,
+        pipeline=pipeline.name, checkpoint=str(base), trigger=trigger, parser=parser,
         quarantine_table=quarantine_table(pipeline),
         tables={s.name: TableReport(s.name, bronze_table(pipeline, s)) for s in pipeline.sources.values()},
     )
-    ingest = _BatchIngest(pipeline, parser, report, say)
-    writer = (
-        kafka_stream(spark, pipeline, bootstrap, max_offsets, undeclared_topics)
-        .writeStream.foreachBatch(ingest)
-        .option("checkpointLocation", str(location))
-        .queryName(f"bronze_{pipeline.name}")
-    )
-    writer = writer.trigger(availableNow=True) if trigger == "available_now" else writer.trigger(processingTime=pipeline.options.processing_time)
+    lock = threading.Lock()
+    plans: list[tuple[_Stream, DataFrame]] = []
+    for source in pipeline.sources.values():
+        raw = kafka_stream(spark, bootstrap, starting, max_offsets, topics=[source.topic])
+        plans.append((_SourceStream(pipeline, source, parser, report, lock, say), raw if parser == "python" else decode_sql(source, raw)))
+    if undeclared_topics:
+        raw = kafka_stream(spark, bootstrap, starting, max_offsets, pattern=undeclared_pattern(pipeline))
+        plans.append((_UndeclaredStream(pipeline, report, lock, say), raw))
     say(
-        f"bronze {pipeline.name}: {len(pipeline.topics)} topics from {bootstrap}"
-        f"{' (+ undeclared ' + pipeline.kafka.topic_prefix + '.' + pipeline.kafka.source_schema + '.* to quarantine)' if undeclared_topics else ''}, "
-        f"trigger {trigger}, at most {max_offsets} records per batch, checkpoint {location}"
+        f"bronze {pipeline.name}: {len(pipeline.sources)} source streams"
+        f"{' + 1 for undeclared ' + pipeline.kafka.topic_prefix + '.' + pipeline.kafka.source_schema + '.* topics' if undeclared_topics else ''} "
+        f"from {bootstrap}, trigger {trigger}, at most {max_offsets} records per batch, checkpoints {base}"
     )
     started = time.monotonic()
-    query = writer.start()
-    report.query_id = str(query.id)
-    ingest.bind(report.query_id)
+    runs = [_Run(handler, frame, base, pipeline, trigger) for handler, frame in plans]
     try:
-        if trigger == "available_now" or timeout_s is None:
-            query.awaitTermination()
-        else:
-            query.awaitTermination(timeout_s)
+        for run in runs:
+            run.start()
+        _await(runs, None if trigger == "available_now" else timeout_s, say)
     except Exception as exc:
         raise CdcEnrichError(
-            f"bronze ingest of pipeline {pipeline.name!r} failed: {exc}. Nothing of the failed batch is "
-            f"lost: rerun to resume from checkpoint {location}."
+            f"bronze ingest of pipeline {pipeline.name!r} failed: {_short(exc)}. Nothing of an uncommitted batch "
+            f"is lost: rerun to resume from the checkpoints under {base}."
         ) from exc
     finally:
-        if query.isActive:
-            query.stop()
+        for run in runs:
+            run.stop()
         report.seconds = time.monotonic() - started
     say(
-        f"bronze {pipeline.name}: done, {report.records} records in {report.batches} batches, "
-        f"{report.rows} rows to bronze, {report.quarantined} to quarantine ({report.seconds:.1f}s)"
+        f"bronze {pipeline.name}: done, {report.records} records, {report.rows} rows to bronze, "
+        f"{report.quarantined} to quarantine ({report.seconds:.1f}s)"
     )
     return report
+
+
+# Spark 4.1.1's Kafka source throws this NPE while reporting progress for the first batch
+# after a restart when that batch is a replay of one the crashed run left uncommitted
+# (apache/spark SPARK-55271 / SPARK-57438: `Some(null)` in KafkaMicroBatchStream.metrics).
+# It happens after the batch is written and committed, so restarting the query is safe.
+_KAFKA_METRICS_NPE = ("NullPointerException", "KafkaMicroBatchStream")
+_MAX_RESTARTS = 3
+
+
+@dataclass
+class _Run:
+    """One stream's query, restartable on the known Spark bug above."""
+
+    handler: _Stream
+    frame: DataFrame
+    base: Path
+    pipeline: Pipeline
+    trigger: str
+    query: Any = None
+    restarts: int = 0
+
+    def start(self) -> None:
+        writer = (
+            self.frame.writeStream.foreachBatch(self.handler)
+            .option("checkpointLocation", str(self.base / self.handler.name))
+            .queryName(f"bronze_{self.pipeline.name}_{self.handler.name}")
+        )
+        if self.trigger == "available_now":
+            writer = writer.trigger(availableNow=True)
+        else:
+            writer = writer.trigger(processingTime=self.pipeline.options.processing_time)
+        self.handler.reset()
+        self.query = writer.start()
+        self.handler.bind(str(self.query.id))
+
+    def stop(self) -> None:
+        if self.query is not None and self.query.isActive:
+            self.query.stop()
+
+    def restartable(self, exc: BaseException) -> bool:
+        text = str(exc)
+        return self.restarts < _MAX_RESTARTS and all(marker in text for marker in _KAFKA_METRICS_NPE)
+
+
+def _short(exc: BaseException) -> str:
+    """An exception's first line (Spark's carry whole plans)."""
+    lines = str(exc).strip().splitlines()
+    return lines[0][:500] if lines else type(exc).__name__
+
+
+def _await(runs: list[_Run], timeout_s: float | None, say: Callable[[str], None]) -> None:
+    """Wait for every query (or until the timeout); a failure other than the known bug stops the wait."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    pending = list(runs)
+    while pending:
+        for run in list(pending):
+            if deadline is not None and time.monotonic() >= deadline:
+                return
+            try:
+                done = run.query.awaitTermination(1)
+            except Exception as exc:  # noqa: BLE001 - StreamingQueryException
+                if not run.restartable(exc):
+                    raise
+                run.restarts += 1
+                say(f"bronze {run.pipeline.name}/{run.handler.name}: restarting after Spark's Kafka metrics NPE "
+                    f"(SPARK-55271; the replayed batch is already committed)")
+                run.start()
+                continue
+            if done:
+                pending.remove(run)

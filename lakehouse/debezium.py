@@ -277,10 +277,21 @@ def _image(source: Source, env: Mapping[str, Any], image: str, schema: Any, key_
     return out, unavailable
 
 
+def _unicode(where: str, text: str) -> str:
+    """JSON may escape a lone UTF-16 surrogate (\\ud800); no Unicode text holds one."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise Rejected(f"{where}: {_show(text)} is not valid Unicode (lone surrogate at character {exc.start})") from None
+    return text
+
+
 def _snapshot(src: Mapping[str, Any]) -> str | None:
     raw = src.get("snapshot")
-    if raw is None or isinstance(raw, str):
+    if raw is None:
         return raw
+    if isinstance(raw, str):
+        return _unicode("value.source.snapshot", raw)
     if isinstance(raw, bool):
         return "true" if raw else "false"
     raise Rejected(f"value.source.snapshot: {_show(raw)} is not a string or boolean")
@@ -393,7 +404,7 @@ def convert_value(where: str, column: Column, raw: Any, field: tuple[str | None,
         raise Rejected(f"{where}: {_show(raw)} is not a boolean")
     if type_name == "string":
         if isinstance(raw, str):
-            return raw
+            return _unicode(where, raw)
         raise Rejected(f"{where}: {_show(raw)} is not a string")
     if type_name == "timestamp":
         return _to_timestamp(where, raw, name)

@@ -281,9 +281,29 @@ def subscription_updates(changes: DataFrame, source: Source, fk: ForeignKey) -> 
     )
 
 
-def walk_back(keys: DataFrame, parent: Source, fk: ForeignKey, target: Source, subscriptions: DataFrame) -> DataFrame:
-    """Keys of `parent` rows subscribed (through `fk`) to the given `target` keys: one hop back."""
+def walk_back(
+    keys: DataFrame,
+    parent: Source,
+    fk: ForeignKey,
+    target: Source,
+    subscriptions: DataFrame,
+    prune_limit: int | None = None,
+) -> DataFrame:
+    """Keys of `parent` rows subscribed (through `fk`) to the given `target` keys: one hop back.
+
+    With `prune_limit`, up to that many distinct target keys are collected first: none means no
+    lookup at all, and a few become a literal `IN` on the first fk column, which is what lets
+    Delta skip the files of a subscription table clustered by fk (KIP-213's prefix scan).
+    """
     renamed = keys.select(*[F.col(k).alias(f"_k{i}") for i, k in enumerate(target.primary_key)]).distinct()
+    if prune_limit is not None:
+        rows = renamed.limit(prune_limit + 1).collect()
+        if len(rows) <= prune_limit:
+            session = keys.sparkSession
+            if not rows:
+                return session.createDataFrame([], StructType([subscriptions.schema[c] for c in parent.primary_key]))
+            renamed = session.createDataFrame(rows, renamed.schema)
+            subscriptions = subscriptions.where(F.col(fk.columns[0]).isin(sorted({r[0] for r in rows if r[0] is not None})))
     cond = None
     for i, c in enumerate(fk.columns):
         term = subscriptions[c] == renamed[f"_k{i}"]
@@ -295,13 +315,14 @@ def affected_base_keys(
     plan: ViewPlan,
     changed: Mapping[str, DataFrame],
     subscriptions: Callable[[Source, ForeignKey], DataFrame],
+    prune_limit: int | None = None,
 ) -> DataFrame | None:
     """The base keys whose join result may have changed, given changed keys per source.
 
     `changed[source]` holds that source's primary key columns; `subscriptions(left, fk)` reads a
     subscription table. A changed row under a joined alias is walked back to the base through
     the subscription tables (or 1:1 for a primary-key join). Returns base primary key columns
-    (distinct), or None when nothing this view reads changed.
+    (distinct), or None when nothing this view reads changed. `prune_limit`: see `walk_back`.
     """
     parts: list[DataFrame] = []
     for alias in plan.aliases:
@@ -319,7 +340,9 @@ def affected_base_keys(
                 )
             else:
                 fk = parent.source.foreign_key(current.join.foreign_key)
-                keys = walk_back(keys, parent.source, fk, current.source, subscriptions(parent.source, fk))
+                keys = walk_back(
+                    keys, parent.source, fk, current.source, subscriptions(parent.source, fk), prune_limit
+                )
             current = parent
         parts.append(keys)
     if not parts:
@@ -774,7 +797,10 @@ def process_changes(
     # 2. affected base keys
     changed = {name: rows.select(*pipeline.source(name).primary_key) for name, rows in changes.items()}
     keys = affected_base_keys(
-        plan, changed, lambda left, fk: session.read.table(subscription_table(pipeline, left, fk.name))
+        plan,
+        changed,
+        lambda left, fk: session.read.table(subscription_table(pipeline, left, fk.name)),
+        prune_limit=LITERAL_KEY_LIMIT,
     )
     stats: dict[str, Any] = {
         "affected_keys": 0, "inserted": 0, "updated": 0, "deleted": 0, "subscriptions_written": written, "phases": phases

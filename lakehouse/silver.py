@@ -653,10 +653,26 @@ def ensure_silver_tables(spark: SparkSession, pipeline: Pipeline, source: Source
 
 
 def _create(spark: SparkSession, name: str, schema: StructType, properties: dict[str, str]) -> None:
-    builder = DeltaTable.createIfNotExists(spark).tableName(name).addColumns(schema)
-    for k, v in properties.items():
-        builder = builder.property(k, v)
-    builder.execute()
+    """Create the table, or add the columns a source gained since (a column added upstream;
+    bronze adds it too). Existing rows read null for it. A changed type is an error."""
+    if not spark.catalog.tableExists(name):
+        builder = DeltaTable.createIfNotExists(spark).tableName(name).addColumns(schema)
+        for k, v in properties.items():
+            builder = builder.property(k, v)
+        builder.execute()
+        return
+    existing = {f.name: f.dataType for f in spark.table(name).schema.fields}
+    conflicts = [f"{f.name}: {existing[f.name].simpleString()} -> {f.dataType.simpleString()}"
+                 for f in schema.fields if f.name in existing and existing[f.name] != f.dataType]
+    if conflicts:
+        raise CdcEnrichError(
+            f"table {name} has a different layout than the pipeline declares ({'; '.join(conflicts)}); "
+            "write to a new silver schema (tables.silver_schema) and replay bronze, or migrate it by hand"
+        )
+    missing = [f for f in schema.fields if f.name not in existing]
+    if missing:
+        columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in missing)
+        spark.sql(f"ALTER TABLE {name} ADD COLUMNS ({columns})")
 
 
 def read_truncates(spark: SparkSession, pipeline: Pipeline, source: Source) -> list[Truncate]:

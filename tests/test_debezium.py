@@ -393,6 +393,7 @@ REJECTIONS = [
     ("tombstone without key", None, None, "tombstone (null value) with a null key"),
     ("truncate with key", KEY, _value(op="t", after=None), "op 't' (truncate) must have a null key"),
     ("truncate with image", None, _value(op="t"), "op 't' (truncate) carries no row image, but value.after is a JSON object"),
+    ("lone surrogate escape", KEY, _value().replace(b'"Zo', b'"\\ud800Zo'), "value.after.name: '\\ud800Zo\u00eb \u00abquoted\u00bb \"x\"' is not valid Unicode (lone surrogate at character 0)"),
     ("deeply nested", KEY, b"[" * 100_000 + b"]" * 100_000, "JSON nested too deeply"),
 ]
 

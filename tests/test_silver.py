@@ -587,3 +587,17 @@ def test_job_entry_point_applies_the_named_source(make_env, tmp_path, shop_pipel
     assert main(["--pipeline", str(path), "--lake", str(env.lake), "--source", "products"]) == 0
     assert env.live()[1]["title"] == "from the job"
     assert main(["--pipeline", str(path), "--lake", str(env.lake), "--source", "nope"]) == 1
+
+
+def test_a_column_added_upstream_is_added_to_silver(make_env):
+    from lakehouse.config import Column
+
+    env = make_env()
+    env.apply(0, ev("c", 1, product(1, "before")))
+    grown = dataclasses.replace(env.source, columns=env.source.columns + (Column("weight", "int"),))
+    pipeline = dataclasses.replace(env.pipeline, sources={**env.pipeline.sources, "products": grown})
+    ensure_silver_tables(env.spark, pipeline, grown)
+    grown_env = dataclasses.replace(env, pipeline=pipeline, source=grown)
+    grown_env.apply(1, ev("u", 2, product(1, "after") | {"weight": 7}), ev("c", 3, product(2, "new") | {"weight": 1}))
+    assert {k: (v["title"], v["weight"]) for k, v in grown_env.live().items()} == {1: ("after", 7), 2: ("new", 1)}
+    assert [r["weight"] for r in grown_env.history(1)] == [None, 7]
