@@ -481,7 +481,7 @@ def _decimal_from_string(where: str, type_name: str, scale: int, text: str, name
         return Decimal(text)
     if not text or not BASE64.match(text):
         raise Rejected(f"{where}: {_show(text)} is not a {type_name} (neither a number nor base64 decimal bytes)")
-    return Decimal(unscaled_from_base64(text)).scaleb(-scale)
+    return Decimal(unscaled_from_base64(text)).scaleb(-scale, context=Context(prec=200))  # exact: 28 digits would round
 
 
 def unscaled_from_base64(text: str) -> int:
@@ -494,7 +494,7 @@ def _variable_scale(where: str, type_name: str, raw: Mapping[str, Any]) -> Decim
     if not _is_int(scale) or not isinstance(value, str) or not BASE64.match(value) or not value:
         raise Rejected(f"{where}: {_show_json(raw)} is not a {type_name} (bad VariableScaleDecimal)")
     try:
-        return Decimal(unscaled_from_base64(value)).scaleb(-scale)
+        return Decimal(unscaled_from_base64(value)).scaleb(-scale, context=Context(prec=200))
     except (binascii.Error, ValueError):
         raise Rejected(f"{where}: {_show_json(raw)} is not a {type_name} (bad VariableScaleDecimal)") from None
 

@@ -272,9 +272,12 @@ def test_duplicate_changes_nothing_anywhere(make_env):
 
 def test_an_update_older_than_a_delete_never_resurrects_the_row(make_env):
     env = make_env()
-    env.apply(0, ev("c", 1, product(1, "one")), ev("d", 30, key={"id": 1}))
-    env.apply(1, ev("u", 20, product(1, "late update")), ev("u", 2, product(1, "very late")))
-    assert env.current()[1]["_deleted"] and env.live() == {}
+    env.apply(0, ev("c", 1, product(1, "one")))
+    env.apply(1, ev("d", 30, key={"id": 1}))
+    version = env.version(env.current_name)
+    env.apply(2, ev("u", 20, product(1, "late update")), ev("u", 2, product(1, "very late")))
+    assert env.current()[1]["_deleted"] and env.current()[1]["_sequence"] == seq(30, "d") and env.live() == {}
+    assert env.cdf(version) == []
     assert [(v[0], v[3]) for v in versions(env.history(1))] == [
         (seq(1), "one"), (seq(2), "very late"), (seq(20), "late update"), (seq(30, "d"), None)
     ]
