@@ -6,14 +6,17 @@ One streaming query per view reads the Change Data Feed of every silver current 
 touches (startingVersion 0, one checkpoint per view). Each micro-batch, inside foreachBatch:
 
 1. **Subscriptions** (`silver._sub_<left>__<fk>`, one per (left source, foreign key) relation,
-   KIP-213's subscription store): the left table's changes in the batch upsert one row per left
-   key: (fk columns, left pk columns, `_left_hash`, `_sequence`). A foreign-key change moves the
-   row to the new fk (KIP-213's DELETE_KEY_NO_PROPAGATE to the old fk + subscribe to the new); a
-   delete or a null fk removes it (a null fk subscribes to nothing); only a newer `_sequence`
-   wins, so a replay or a lagging second view can never take a subscription back in time. A
+   KIP-213's subscription store): one row per left key: (fk columns, left pk columns,
+   `_left_hash`, `_sequence` of the version that set this subscription). A foreign-key change
+   moves the row to the new fk (KIP-213's DELETE_KEY_NO_PROPAGATE to the old fk + subscribe to
+   the new); a delete or a null fk removes it (a null fk subscribes to nothing); only a newer
+   `_sequence` wins, so a replay or a lagging second view can never take a subscription back in
+   time. An update that keeps the fk writes nothing here (most changes: a status, a rename). A
    subscription exists whether or not the referenced parent exists, so a parent that arrives
-   later finds its children. Tables are `CLUSTER BY` fk: the lookup "who subscribes to these
-   parents" is KIP-213's prefix scan, pruned by file statistics.
+   later finds its children. Tables are `CLUSTER BY` fk, and lookups of a few parents use a
+   literal `IN`: "who subscribes to these parents" is KIP-213's prefix scan, pruned by file
+   statistics. Every view that follows a relation maintains it from its own stream, so the
+   subscriptions a view walks are never older than the changes that view has processed.
 2. **Affected base keys**: the base table's changed keys directly; for any other alias, its
    changed keys are walked back through the subscription tables hop by hop (a customer change
    finds orders through `_sub_orders__customer`, then order items through

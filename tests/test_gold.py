@@ -28,7 +28,7 @@ from lakehouse.gold import (
 )
 from lakehouse.oracle import Change, apply_silver_changes, create_silver_current, oracle_sql, oracle_view, silver_live_state
 from lakehouse.paths import checkpoint_dir
-from lakehouse.tables import gold_table, silver_current_table, subscription_table
+from lakehouse.tables import gold_table, subscription_table
 from lakehouse.verify import diff_frames, verify_pipeline
 
 

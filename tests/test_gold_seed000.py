@@ -14,7 +14,6 @@ so it publishes nothing.
 
 from __future__ import annotations
 
-import dataclasses
 import uuid
 from pathlib import Path
 from typing import Any
