@@ -212,6 +212,7 @@ def bench_gold(
                 "affected_keys": report.affected_keys,
                 "gold_inserted_updated_deleted": [report.inserted, report.updated, report.deleted],
                 "incremental_s": round(incremental, 2),
+                "incremental_phases_s": {k: round(v, 2) for k, v in report.phases.items()},
                 "full_recompute_s": round(full, 2),
                 "full_over_incremental": round(full / incremental, 2) if incremental else None,
             }

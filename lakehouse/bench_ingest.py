@@ -98,7 +98,10 @@ def bench_ingest(
     checkpoints = checkpoint_dir(lake, bench.name, "")
     result: dict[str, Any] = {"events": events, "records": records, "max_offsets_per_trigger": max_offsets}
     try:
-        raw_s = _raw_ceiling(spark, bench, bootstrap, f"{bench.tables.qualified('bronze', '_bench_raw')}", checkpoints / "raw", max_offsets)
+        # Best of two raw copies: the first also pays the JVM's warm-up, which would flatter
+        # whatever runs after it. The parsers then run in the order given.
+        raw_table = bench.tables.qualified("bronze", "_bench_raw")
+        raw_s = min(_raw_ceiling(spark, bench, bootstrap, f"{raw_table}{i}", checkpoints / f"raw{i}", max_offsets) for i in (1, 2))
         result.update(raw_seconds=round(raw_s, 3), raw_events_per_s=round(records / raw_s, 1))
         say(f"bench: raw ceiling {records / raw_s:,.0f} records/s ({raw_s:.1f}s)")
         for parser in parsers:

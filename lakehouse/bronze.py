@@ -900,9 +900,11 @@ class _SourceStream(_Stream):
         self.name = source.name
 
     def write(self, spark: SparkSession, batch: DataFrame, batch_id: int, cached: list[DataFrame]) -> str:
+        started = time.monotonic()
         good, bad, good_n, bad_n = self._decode(batch, cached)
         if good_n + bad_n == 0:
             return ""
+        decoded = time.monotonic()
         replay_check = self._first_batch
         wrote_rows = wrote_bad = True
         if good_n:
@@ -918,7 +920,8 @@ class _SourceStream(_Stream):
             self.report.records += good_n + bad_n
             self.report.replayed_batches += 1 if replayed else 0
         note = " (replayed batch: Delta had it already, nothing written twice)" if replayed else ""
-        return f"{good_n + bad_n} records, +{good_n if wrote_rows else 0} rows, +{bad_n if wrote_bad else 0} quarantined{note}"
+        timing = f"read+decode {decoded - started:.1f}s, write {time.monotonic() - decoded:.1f}s"
+        return f"{good_n + bad_n} records, +{good_n if wrote_rows else 0} rows, +{bad_n if wrote_bad else 0} quarantined{note}; {timing}"
 
     def _decode(self, batch: DataFrame, cached: list[DataFrame]) -> tuple[DataFrame, DataFrame, int, int]:
         """(bronze-bound rows, rejected rows, their counts) of this micro-batch."""

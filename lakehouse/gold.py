@@ -477,9 +477,16 @@ def _metrics(result: DataFrame) -> dict[str, int]:
 
 
 def _create_table(spark: SparkSession, name: str, schema: StructType, cluster_by: Sequence[str], cdf: bool) -> None:
+    """Create a Delta table if missing: clustered, with deletion vectors (a MERGE that changes a
+    few rows of a large file marks them instead of rewriting the file), CDF when asked."""
     from delta.tables import DeltaTable
 
-    builder = DeltaTable.createIfNotExists(spark).tableName(name).addColumns(schema)
+    builder = (
+        DeltaTable.createIfNotExists(spark)
+        .tableName(name)
+        .addColumns(schema)
+        .property("delta.enableDeletionVectors", "true")
+    )
     if cluster_by:
         builder = builder.clusterBy(*cluster_by)
     if cdf:

@@ -3,8 +3,9 @@
 A streaming job reads `bronze.<source>` and, per micro-batch, MERGEs into two tables whose
 layout is fixed by `lakehouse.tables`:
 
-- `silver.<source>` (current): one row per primary key ever seen, the latest version by
-  `_sequence`. Change Data Feed is enabled; gold streams it.
+- `silver.<source>` (current): one row per primary key silver has seen live, the latest
+  version by `_sequence` (a deleted key as a `_deleted` marker). Change Data Feed is enabled;
+  gold streams it.
 - `silver.<source>_history`: every version per key with `[_valid_from, _valid_to)` in source
   time and `_valid_to_sequence`, the next version's sequence.
 
@@ -46,8 +47,8 @@ Semantics downstream readers rely on:
   includes them, so a change older than a truncate arriving later goes to history (followed by
   the truncate's delete version) and never resurrects the key in current.
 - **No-op rewrites never reach the change feed**: the MERGE into current updates only when the
-  incoming sequence is greater, or equal with a different row hash; out-of-order and duplicate
-  changes produce no CDF rows.
+  incoming sequence is greater, or equal with a different row hash, and never a marker by a
+  marker; out-of-order and duplicate changes produce no CDF rows.
 - **TOAST**: a column listed in `_unavailable_columns` keeps the key's previous version's value
   (by sequence), in current and history. Which columns were placeholders is remembered in the
   small side table `silver._toast_<source>` (only versions that had placeholders), so a late
@@ -76,7 +77,6 @@ rewriting its file. A truncate is the exception: it touches every key alive at i
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -1079,8 +1079,3 @@ def late_changes(spark: SparkSession, pipeline: Pipeline, source: str | None = N
     """The recorded late changes, optionally for one source."""
     df = spark.table(late_changes_table(pipeline))
     return df.filter(F.col("source") == source) if source else df
-
-
-def key_json(source: Source, key: dict[str, Any]) -> str:
-    """The `_late_changes.key` text of a key (what `to_json(struct(keys))` produces)."""
-    return json.dumps({k: key[k] for k in source.primary_key}, separators=(",", ":"))

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import shutil
 import uuid
 from datetime import datetime, timedelta
 from decimal import Decimal

@@ -59,7 +59,7 @@ settings.register_profile(
 settings.register_profile(
     "silver-slow",
     parent=settings.get_profile("silver"),
-    max_examples=int(os.environ.get("SILVER_SLOW_EXAMPLES", "60")),
+    max_examples=int(os.environ.get("SILVER_SLOW_EXAMPLES", "30")),
 )
 
 
