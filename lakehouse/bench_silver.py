@@ -39,7 +39,8 @@ class BronzeChange:
     """One bronze record, as the bronze stage would write it (only what silver reads matters).
 
     `op`: r, c, u, d, t or tombstone. `key`/`after` map column -> value. `unavailable` lists
-    TOAST placeholder columns (their `after` value is Debezium's placeholder).
+    TOAST placeholder columns (their `after` value is Debezium's placeholder). `old_key`: the
+    `__debezium.oldkey` header of a primary-key change's create.
     """
 
     op: str
@@ -49,6 +50,7 @@ class BronzeChange:
     ts_ms: int | None = None
     unavailable: tuple[str, ...] = ()
     partition: int = 0
+    old_key: dict[str, Any] | None = None
 
 
 def bronze_rows(source: Source, changes: Iterable[BronzeChange], first_offset: int = 0) -> list[Row]:
@@ -89,6 +91,7 @@ def bronze_rows(source: Source, changes: Iterable[BronzeChange], first_offset: i
                 _unavailable_columns=",".join(ch.unavailable) if ch.unavailable else None,
                 _sequence=Decimal(ch.sequence) if ch.sequence is not None else None,
                 _ingested_at=now,
+                _old_key=Row(**{k: ch.old_key[k] for k in source.primary_key}) if ch.old_key else None,
             )
         )
     return rows

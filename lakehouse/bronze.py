@@ -65,6 +65,7 @@ log = logging.getLogger("lakehouse.bronze")
 PARSERS = ("hybrid", "python")
 TRIGGERS = ("available_now", "processing_time")
 KAFKA_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp")
+HEADERS = "headers"  # array<struct<key: string, value: binary>>, read with includeHeaders
 STREAM = "bronze"
 
 _VALUE_SCHEMA_TYPE = "array<struct<field:string,fields:array<struct<field:string,type:string,name:string>>>>"
@@ -380,8 +381,10 @@ def decode_sql(source: Source, kafka: DataFrame) -> DataFrame:
     """The SQL pass over Kafka rows of `source`'s topic: decoded columns, `_kafka_ts`, `_fast`.
 
     Rows with `_fast` false carry meaningless decoded columns; `decode_python` decides them.
+    A record with the `__debezium.oldkey` header (a primary-key change, rare) is never fast:
+    Python decodes the header like a key. `_old_key_header` carries it to that pass.
     """
-    st = _Staging(kafka)
+    st = _Staging(kafka.withColumn("_old_key_header", _old_key_header(kafka)))
     images = ("before", "after")
     # 1. parse: the value with a typed schema (one pass), the small key as VARIANT
     value_text = st.put(_json_text(F.col("value")))
@@ -472,7 +475,7 @@ def decode_sql(source: Source, kafka: DataFrame) -> DataFrame:
         F.when(op == F.lit("d"), image_present["before"]).otherwise(F.lit(True)),
     ]
     tombstone = F.col("value").isNull()
-    fast = F.when(tombstone, ~key_is_null & key_ok).otherwise(_all(value_checks))
+    fast = F.when(tombstone, ~key_is_null & key_ok).otherwise(_all(value_checks)) & F.col("_old_key_header").isNull()
 
     def change(c: SqlColumn) -> SqlColumn:
         return F.when(~tombstone, c)
@@ -497,10 +500,19 @@ def decode_sql(source: Source, kafka: DataFrame) -> DataFrame:
         "_event_ts_ms": change(env["ts_ms"]),
         "_unavailable_columns": change(unavailable),
         "_sequence": change(sequence),
+        "_old_key": F.lit(None),  # decided in Python: rows with the header are never fast
     }
     schema = bronze_schema(source)
     selected = [columns[c].cast(schema[c].dataType).alias(c) for c in dbz.DECODED_COLUMNS]
-    return st.df.select(*selected, F.col("timestamp").alias("_kafka_ts"), _true(fast).alias("_fast"))
+    return st.df.select(*selected, F.col("timestamp").alias("_kafka_ts"), _true(fast).alias("_fast"), "_old_key_header")
+
+
+def _old_key_header(kafka: DataFrame) -> SqlColumn:
+    """The last `__debezium.oldkey` header's bytes (Kafka's `lastHeader`), or null."""
+    if HEADERS not in kafka.columns:
+        return F.lit(None).cast("binary")
+    named = F.filter(F.col(HEADERS), lambda h: h["key"] == F.lit(dbz.OLD_KEY_HEADER))
+    return F.try_element_at(named, F.lit(-1))["value"]
 
 
 def _parsed(st: _Staging, value: SqlColumn, column: Column) -> _Converted:
@@ -555,10 +567,11 @@ def _python_schema(source: Source) -> StructType:
 
 def _python_decoder(source: Source) -> Callable[..., tuple[Any, ...]]:
     """A picklable function: Kafka record -> payload tuple + reason, via `decode_record`."""
-    nested = {"_key": source.primary_key, "_before": source.column_names, "_after": source.column_names}
+    nested = {"_key": source.primary_key, "_before": source.column_names, "_after": source.column_names, "_old_key": source.primary_key}
 
-    def decode(key, value, topic, partition, offset):  # type: ignore[no-untyped-def]  # (hints would make Spark look for a pandas UDF)
-        row, reason = dbz.decode_record(source, key, value, topic, partition, offset)
+    def decode(key, value, topic, partition, offset, old_key_header):  # type: ignore[no-untyped-def]  # (hints would make Spark look for a pandas UDF)
+        headers = [(dbz.OLD_KEY_HEADER, old_key_header)] if old_key_header is not None else None
+        row, reason = dbz.decode_record(source, key, value, topic, partition, offset, headers)
         if row is None:
             return (None,) * len(_PAYLOAD_COLUMNS) + (reason,)
         out = []
@@ -576,7 +589,8 @@ def decode_python(source: Source, kafka: DataFrame) -> DataFrame:
     """Every row through `decode_record`: decoded columns, `_kafka_ts`, `_reason` (NULL = bronze)."""
     udf = F.udf(_python_decoder(source), _python_schema(source)).asNondeterministic()
     decoded = kafka.select(
-        *KAFKA_COLUMNS, udf(F.col("key"), F.col("value"), F.col("topic"), F.col("partition"), F.col("offset")).alias("_d")
+        *KAFKA_COLUMNS,
+        udf(F.col("key"), F.col("value"), F.col("topic"), F.col("partition"), F.col("offset"), _old_key_header(kafka)).alias("_d"),
     )
     columns = {c: F.col(k) for k, c in zip(("topic", "partition", "offset", "key", "value"), _COORDINATES)}
     columns.update({c: F.col(f"_d.{c}") for c in _PAYLOAD_COLUMNS})
@@ -596,11 +610,15 @@ def _as_kafka(decoded: DataFrame) -> DataFrame:
         F.col("_partition").alias("partition"),
         F.col("_offset").alias("offset"),
         F.col("_kafka_ts").alias("timestamp"),
+        F.when(
+            F.col("_old_key_header").isNotNull(),
+            F.array(F.struct(F.lit(dbz.OLD_KEY_HEADER).alias("key"), F.col("_old_key_header").alias("value"))),
+        ).alias(HEADERS),
     )
 
 
 def _fast_rows(sql: DataFrame) -> DataFrame:
-    return sql.where(F.col("_fast")).drop("_fast").withColumn("_reason", F.lit(None).cast("string"))
+    return sql.where(F.col("_fast")).drop("_fast", "_old_key_header").withColumn("_reason", F.lit(None).cast("string"))
 
 
 def _slow_input(sql: DataFrame) -> DataFrame:
@@ -826,6 +844,7 @@ def kafka_stream(
         .option("startingOffsets", starting_offsets)
         .option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))
         .option("failOnDataLoss", "true")
+        .option("includeHeaders", "true")
     )
     reader = reader.option("subscribePattern", pattern) if pattern else reader.option("subscribe", ",".join(topics))
     return reader.load()

@@ -26,7 +26,10 @@ What is accepted (Debezium 3.x, Kafka Connect's JsonConverter):
 - Debezium's TOAST placeholder `__debezium_unavailable_value` in a row image: the column is
   set null and listed in `_unavailable_columns` (for `after`);
 - columns present in an image but not declared are ignored (the raw value keeps them), so a
-  column added at the source does not stop ingest.
+  column added at the source does not stop ingest;
+- the Kafka header `__debezium.oldkey` (Connect's SimpleHeaderConverter rendering of the old
+  key, `{"id":1}`), which Debezium puts on the create half of a primary-key change, decoded
+  like a key into `_old_key`: silver takes the moved row's TOASTed columns from the old key.
 
 Ambiguity left by bare (schemaless) JSON: a digits-only string for a decimal with scale 0
 may be base64 (precise mode) or a number (string mode); it is read as a number. With
@@ -42,7 +45,7 @@ import json
 import re
 from datetime import date, datetime, timedelta, timezone
 from decimal import ROUND_HALF_UP, Context, Decimal, InvalidOperation, localcontext
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from lakehouse import sequence as seq
 from lakehouse.config import Column, Pipeline, Source
@@ -87,9 +90,11 @@ DECIMAL_TYPE = re.compile(r"^decimal\((\d+),(\d+)\)$")
 DECODED_COLUMNS = (
     "_topic", "_partition", "_offset", "_raw_key", "_raw_value", "_op", "_key", "_before", "_after",
     "_source_ts_ms", "_source_lsn", "_source_tx_id", "_source_snapshot", "_source_file", "_source_pos",
-    "_source_row", "_event_ts_ms", "_unavailable_columns", "_sequence",
+    "_source_row", "_event_ts_ms", "_unavailable_columns", "_sequence", "_old_key",
 )
+OLD_KEY_HEADER = "__debezium.oldkey"
 
+Headers = Sequence[tuple[str, bytes | None]] | None  # Kafka record headers (name, value)
 FieldSchemas = Mapping[str, tuple[str | None, str | None]]  # column -> (Connect name, Connect type)
 Row = dict[str, Any]
 
@@ -108,18 +113,22 @@ def decode_record(
     topic: str,
     partition: int,
     offset: int,
+    headers: Headers = None,
 ) -> tuple[Row | None, str | None]:
     """One Kafka record of `source`'s topic -> (bronze row, None) or (None, reason).
 
     The row holds every bronze column except `_kafka_ts` and `_ingested_at` (Kafka and
-    the writer supply those); `_key`, `_before` and `_after` are dicts over the declared
-    columns. Never raises for bad input: every problem becomes a reason naming the field,
-    the offending value and the expectation.
+    the writer supply those); `_key`, `_before`, `_after` and `_old_key` are dicts over the
+    declared columns. `headers`: the record's Kafka headers as (name, bytes) pairs; only
+    `__debezium.oldkey` is read. Never raises for bad input: every problem becomes a reason
+    naming the field, the offending value and the expectation.
     """
     key = _as_bytes(key)
     value = _as_bytes(value)
     try:
         row = _decode(source, key, value, partition, offset)
+        if row["_op"] in ("c", "r", "u"):
+            row["_old_key"] = _old_key(source, headers)
     except Rejected as exc:
         return None, str(exc)
     except RecursionError:
@@ -226,10 +235,23 @@ def _op(env: Mapping[str, Any]) -> str:
     return op
 
 
-def _decode_key(source: Source, doc: Any, schema: Any) -> Row:
+def _old_key(source: Source, headers: Any) -> Row | None:
+    """The `__debezium.oldkey` header decoded like a key (the last one wins, as in Kafka's
+    `Headers.lastHeader`), or None without one."""
+    raw = None
+    for name, value in headers or ():
+        if name == OLD_KEY_HEADER:
+            raw = _as_bytes(value)
+    if raw is None:
+        return None
+    doc, schema = _unwrap(_parse_json(f"header {OLD_KEY_HEADER}", raw))
+    return _decode_key(source, doc, schema, f"header {OLD_KEY_HEADER}")
+
+
+def _decode_key(source: Source, doc: Any, schema: Any, where: str = "key") -> Row:
     pk = source.primary_key
     if not isinstance(doc, dict):
-        raise Rejected(f"key: expected a JSON object with the primary key ({', '.join(pk)}), got {_show(doc)}")
+        raise Rejected(f"{where}: expected a JSON object with the primary key ({', '.join(pk)}), got {_show(doc)}")
     missing = [c for c in pk if c not in doc]
     extra = sorted(k for k in doc if k not in pk)
     if missing or extra:
@@ -238,13 +260,13 @@ def _decode_key(source: Source, doc: Any, schema: Any) -> Row:
             parts.append(f"missing {', '.join(missing)}")
         if extra:
             parts.append(f"unexpected {', '.join(extra)}")
-        raise Rejected(f"key: fields do not match the primary key ({', '.join(pk)}): {'; '.join(parts)}")
+        raise Rejected(f"{where}: fields do not match the primary key ({', '.join(pk)}): {'; '.join(parts)}")
     fields = _struct_fields(schema)
     out: Row = {}
     for name in pk:
         if doc[name] is None:
-            raise Rejected(f"key.{name} is null; a primary key column cannot be null")
-        out[name] = convert_value(f"key.{name}", source.column(name), doc[name], fields.get(name))
+            raise Rejected(f"{where}.{name} is null; a primary key column cannot be null")
+        out[name] = convert_value(f"{where}.{name}", source.column(name), doc[name], fields.get(name))
     return out
 
 

@@ -54,6 +54,10 @@ Semantics downstream readers rely on:
   small side table `silver._toast_<source>` (only versions that had placeholders), so a late
   predecessor re-resolves them; that is the one case where an out-of-order change can update
   the current row (same version, corrected value).
+  A primary-key change's create (Debezium sends the placeholder there too, with the old key in
+  the `__debezium.oldkey` header, bronze `_old_key`) takes the value from the old key's last
+  live version instead (`inherit_moved_values`); once taken it is stored as a plain value, so
+  a predecessor of the *old* key arriving after the move is not carried over again.
 - **Late changes**: a change older than its key's current version by more than
   `options.late_grace_days` (source time) is applied as usual (history only) and recorded in
   `silver._late_changes` with reason `late`; one older than the history compaction horizon
@@ -248,7 +252,8 @@ def changes_from_bronze(bronze: DataFrame, source: Source) -> DataFrame:
     or no key are left out too (counted as skipped by `batch_summary`). A TOAST placeholder
     column becomes null here and is listed in `_unavailable`, so `build_timeline` takes the
     previous version's value. Kafka coordinates are kept only to break ties deterministically
-    between copies of one change.
+    between copies of one change. `_old_key` (bronze's `__debezium.oldkey` header) is kept
+    only where it matters: on a primary-key change's create that carries placeholders.
     """
     value_cols = list(source.value_columns)
     op = F.col("_op")
@@ -284,6 +289,7 @@ def changes_from_bronze(bronze: DataFrame, source: Source) -> DataFrame:
             op.alias("_op"),
             (op == "d").alias("_deleted"),
             F.col("_unavailable"),
+            F.when((op != "d") & (F.size("_unavailable") > 0), _old_key_column(bronze, source)).alias("_old_key"),
             F.col("_partition"),
             F.col("_offset"),
         )
@@ -291,6 +297,11 @@ def changes_from_bronze(bronze: DataFrame, source: Source) -> DataFrame:
     for k in source.primary_key:
         out = out.filter(F.col(k).isNotNull())
     return out
+
+
+def _old_key_column(bronze: DataFrame, source: Source) -> Column:
+    """Bronze's `_old_key` (absent in tables written before it existed: null)."""
+    return F.col("_old_key") if "_old_key" in bronze.columns else F.lit(None).cast(key_struct(source))
 
 
 def dedupe_changes(changes: DataFrame, source: Source) -> DataFrame:
@@ -321,6 +332,7 @@ def batch_summary(bronze: DataFrame, source: Source) -> Column:
         keyed = keyed & k.isNotNull()
     usable_change = op.isin(*CHANGE_OPS) & F.col("_sequence").isNotNull() & keyed
     usable_truncate = (op == TRUNCATE_OP) & F.col("_sequence").isNotNull()
+    moved = usable_change & (op != "d") & F.col("_unavailable_columns").isNotNull() & _old_key_column(bronze, source).isNotNull()
     ts = F.timestamp_millis(F.coalesce(F.col("_source_ts_ms"), F.col("_event_ts_ms")))
     bounds = []
     for k, expr in zip(source.primary_key, key_cols):
@@ -332,6 +344,7 @@ def batch_summary(bronze: DataFrame, source: Source) -> Column:
         F.count(F.when(usable_truncate, 1)).alias("truncates"),
         F.count(F.when(~(op == TOMBSTONE_OP) & ~usable_change & ~usable_truncate, 1)).alias("skipped"),
         F.count_distinct(F.when(usable_change, F.struct(*key_cols, F.col("_sequence")))).alias("distinct_changes"),
+        F.count(F.when(moved, 1)).alias("moves_with_placeholders"),
         F.collect_list(F.when(usable_truncate, F.struct(F.col("_sequence"), ts.alias("_source_ts")))).alias("truncate_events"),
         *bounds,
     )
@@ -415,6 +428,52 @@ def resolve_placeholders(versions: DataFrame, source: Source) -> DataFrame:
     return versions.select(*others, *resolved).select(*versions.columns)
 
 
+def inherit_moved_values(versions: DataFrame, source: Source) -> DataFrame:
+    """A primary-key change's create takes its placeholder columns from the old key.
+
+    Debezium turns `UPDATE .. SET id = ..` into a delete of the old key and a create of the
+    new one at one LSN; a TOASTed column the update left alone comes as the placeholder on
+    the create, whose `__debezium.oldkey` header (`_old_key`) names where the row came from.
+    Such a version (a *mover*) takes those columns from the old key's last live version
+    before it, as resolved by `resolve_placeholders`, and keeps no placeholder: its values
+    are then as real as any. A donor that is itself a pending mover (a chain of key changes)
+    is resolved first, pass by pass. A mover whose old key is not in `versions` (never seen)
+    stays a plain placeholder. Deleted versions and the rest pass through unchanged.
+    """
+    keys = _keys(source)
+    values = list(source.value_columns)
+    cols = versions.columns
+    for _ in range(64):  # each pass resolves at least one more link of every chain
+        pending = F.col("_old_key").isNotNull() & (F.size("_unavailable") > 0)
+        resolved = resolve_placeholders(versions.withColumn("_pending", pending).drop("_old_key"), source)
+        donors = resolved.filter(~F.col("_deleted")).select(
+            *[F.col(k).alias(f"_donor_{k}") for k in keys],
+            F.col("_sequence").alias("_donor_sequence"),
+            F.struct("_pending", *values).alias("_donor"),
+        )
+        movers = versions.filter(pending).select(*keys, "_sequence", "_old_key")
+        match = F.lit(True)
+        for k in keys:
+            match = match & (F.col(f"_old_key.{k}") == F.col(f"_donor_{k}"))
+        picked = (
+            movers.join(donors, match & (F.col("_donor_sequence") < F.col("_sequence")))
+            .groupBy(*keys, "_sequence")
+            .agg(F.max_by("_donor", "_donor_sequence").alias("_donor"))
+            .filter(~F.col("_donor._pending"))
+        ).localCheckpoint(eager=True)
+        if picked.isEmpty():
+            break
+        joined = versions.join(picked, [*keys, "_sequence"], "left")
+        found = F.col("_donor").isNotNull()
+        replaced = {
+            c: F.when(found & F.array_contains(F.col("_unavailable"), c), F.col(f"_donor.{c}")).otherwise(F.col(c)) for c in values
+        }
+        replaced["_unavailable"] = F.when(found, _empty_string_array()).otherwise(F.col("_unavailable"))
+        replaced["_old_key"] = F.when(~found, F.col("_old_key"))
+        versions = joined.select(*[replaced.get(c, F.col(c)).alias(c) for c in cols]).localCheckpoint(eager=True)
+    return versions
+
+
 def build_timeline(existing: DataFrame, changes: DataFrame, truncates: Sequence[Truncate], source: Source) -> DataFrame:
     """The full recomputed history of the keys in `existing` and `changes`.
 
@@ -429,12 +488,18 @@ def build_timeline(existing: DataFrame, changes: DataFrame, truncates: Sequence[
     cols = _version_columns(source)
     cols = [*cols, "_stored"]
     stored = existing.withColumnRenamed("_valid_from", "_source_ts").withColumn("_stored", F.lit(True)).select(*cols)
+    moves = "_old_key" in changes.columns
     stored_real = stored.filter(F.col("_op") != TRUNCATE_OP)
     new = (
         changes.join(existing.select(*keys, "_sequence"), [*keys, "_sequence"], "left_anti")
         .withColumn("_stored", F.lit(False))
         .select(*cols)
     )
+    if moves:
+        new = changes.join(existing.select(*keys, "_sequence"), [*keys, "_sequence"], "left_anti").withColumn(
+            "_stored", F.lit(False)
+        ).select(*cols, "_old_key")
+        stored_real = stored_real.withColumn("_old_key", F.lit(None).cast(key_struct(source)))
     real = stored_real.unionByName(new)
     derived = derive_truncate_versions(real, truncates, source)
     first_real = real.groupBy(*keys).agg(F.min("_sequence").alias("_first_real"))
@@ -446,7 +511,10 @@ def build_timeline(existing: DataFrame, changes: DataFrame, truncates: Sequence[
     )
     derived_all = pinned.unionByName(derived).dropDuplicates([*keys, "_sequence"])
     derived_all = derived_all.join(real.select(*keys, "_sequence"), [*keys, "_sequence"], "left_anti")
-    versions = resolve_placeholders(real.unionByName(derived_all), source)
+    versions = real.unionByName(derived_all, allowMissingColumns=True)
+    if moves:
+        versions = inherit_moved_values(versions, source).drop("_old_key")
+    versions = resolve_placeholders(versions, source)
     w = Window.partitionBy(*keys).orderBy("_sequence")
     return versions.select(
         *source.column_names,
@@ -801,9 +869,16 @@ def apply_batch(
     horizon = compacted_before(spark, pipeline, source)
     clock.lap("watermarks")
 
-    changes = dedupe_changes(changes_from_bronze(batch_df, source), source).localCheckpoint(eager=True)
+    moves = summary["moves_with_placeholders"] > 0
+    changes = dedupe_changes(changes_from_bronze(batch_df, source), source)
+    changes = (changes if moves else changes.drop("_old_key")).localCheckpoint(eager=True)
     history = spark.table(history_name)
     touched = changes.select(*keys)
+    if moves:
+        # A primary-key change with placeholders reads its old key's history too (for the
+        # values it carries over), so the batch's key bounds no longer cover what is read.
+        old_keys = changes.filter(F.col("_old_key").isNotNull()).select(*[F.col(f"_old_key.{k}").alias(k) for k in keys])
+        touched = touched.unionByName(old_keys)
     if batch_truncates:
         # A truncate touches every key alive at it: no key bounds, the whole table is in play.
         bounds: dict[str, tuple[Any, Any]] = {}
@@ -815,6 +890,8 @@ def apply_batch(
                 & (F.col("_valid_to_sequence").isNull() | (F.col("_valid_to_sequence") > seq))
             )
             touched = touched.unionByName(history.filter(alive).select(*keys))
+    elif moves:
+        bounds = {}
     else:
         bounds = {k: (summary[f"lo_{k}"], summary[f"hi_{k}"]) for k in _bounded_keys(source)}
     touched = touched.distinct()

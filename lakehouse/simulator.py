@@ -596,7 +596,7 @@ class _Change:
 
     source: Source
     op: str  # c, u, d
-    old: Row | None
+    old: Row | None  # for the create half of a primary-key change: the row under its old key
     new: Row | None
     headers: tuple[tuple[str, bytes], ...] = ()
     shares_lsn: bool = False  # the create half of a primary-key update: same WAL record as the delete
@@ -645,14 +645,19 @@ class _Emitter:
     # ---------------------------------------------------------------- snapshot
 
     def snapshot(self, db: _Database, start_us: int) -> int:
-        """All rows at one LSN in one transaction, tables in name order; returns the end time."""
+        """All rows at one LSN in one transaction; returns the end time.
+
+        As Debezium 3.6.3 does it (seen against PostgreSQL 15): tables in `table.include.list`
+        order (the pipeline's source order), and one `source.ts_ms` (the snapshot's start) on
+        every snapshot record of every table.
+        """
         self.tx_id += 1
         self.snapshot_lsn, self.snapshot_tx_id = self.wal, self.tx_id
-        tables = sorted(self.pipeline.sources.values(), key=lambda s: self.names[s.name])
+        tables = list(self.pipeline.sources.values())
         clock = start_us
         for t_index, src in enumerate(tables):
             rows = list(db.tables[src.name].rows.values())
-            table_ts = clock
+            table_ts = start_us
             for r_index, row in enumerate(rows):
                 clock += self.rng.randrange(20, 400)
                 marker = _snapshot_marker(t_index == 0, t_index == len(tables) - 1, r_index == 0, r_index == len(rows) - 1)
@@ -691,16 +696,21 @@ class _Emitter:
         """`before`/`after` as the replica identity and TOAST storage make them."""
         src = change.source
         full = src.replica_identity == "full"
-        if change.op == "c":
+        if change.op == "c" and change.old is None:
             return None, change.new
         if change.op == "d":
             assert change.old is not None
             return (change.old if full else {k: change.old[k] for k in src.primary_key}), None
         assert change.old is not None and change.new is not None
+        # PostgreSQL logs an unchanged out-of-line (TOASTed) value of the new tuple by
+        # reference, so Debezium sends the placeholder: on updates, and (seen with Debezium
+        # 3.6.3) on the create half of a primary-key change too.
         after = dict(change.new)
         for column in self.toast[src.name]:
             if after[column] == change.old[column]:
                 after[column] = UNAVAILABLE_VALUE
+        if change.op == "c":
+            return None, after
         return (change.old if full else None), after
 
     def _info(self, src: Source, commit_us: int, marker: str, lsn: int, last_commit: int | None, tx_id: int) -> dict[str, Any]:
@@ -1024,7 +1034,7 @@ class _Driver:
             self.db.put(src, new)
             codec = self.emitter.codecs[src.name]
             tx.changes.append(_Change(src, "d", old, None, ((NEW_KEY_HEADER, codec.key_header(new)),)))
-            tx.changes.append(_Change(src, "c", None, new, ((OLD_KEY_HEADER, codec.key_header(old)),), shares_lsn=True))
+            tx.changes.append(_Change(src, "c", old, new, ((OLD_KEY_HEADER, codec.key_header(old)),), shares_lsn=True))
             return True
         return False
 

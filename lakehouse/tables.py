@@ -73,6 +73,7 @@ def bronze_schema(source: Source) -> StructType:
             StructField("_unavailable_columns", StringType(), True),  # comma list of TOAST placeholders
             StructField("_sequence", SEQUENCE_TYPE, True),
             StructField("_ingested_at", TimestampType(), False),
+            StructField("_old_key", key_struct(source), True),  # header __debezium.oldkey: a primary-key change's create
         ]
     )
 

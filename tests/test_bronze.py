@@ -195,6 +195,26 @@ def _layout(schema: Any) -> list[tuple[str, Any]]:
     return [(f.name, f.dataType) for f in schema.fields]
 
 
+def test_the_old_key_header_of_a_primary_key_change_reaches_bronze(spark: SparkSession) -> None:
+    """Kafka headers as Spark's source gives them (includeHeaders): `__debezium.oldkey` -> `_old_key`,
+    in both parsers; a record without it stays on the SQL fast path."""
+    moved = change(THINGS, "c", after=thing(id=43, name=UNAVAILABLE), lsn=700)
+    plain = change(THINGS, "u", after=thing(id=44), lsn=701)
+    schema = KAFKA_SCHEMA + ", headers array<struct<key: string, value: binary>>"
+    ts = datetime(2026, 1, 1)
+    kafka = spark.createDataFrame(
+        [(*moved, THINGS.topic, 0, 0, ts, [("__debezium.context.taskId", b"0"), ("__debezium.oldkey", b'{"id":42}')]),
+         (*plain, THINGS.topic, 0, 1, ts, [])],
+        schema,
+    )
+    sql = {r["_offset"]: r["_fast"] for r in bronze.decode_sql(THINGS, kafka).collect()}
+    assert sql == {0: False, 1: True}
+    for parser in bronze.PARSERS:
+        rows = {r["_offset"]: r for r in bronze.parse_source(THINGS, kafka, parser).collect()}
+        assert rows[0]["_reason"] is None and rows[0]["_old_key"]["id"] == 42, parser
+        assert rows[0]["_unavailable_columns"] == "name" and rows[1]["_old_key"] is None, parser
+
+
 # --------------------------------------------------------------------------- idempotent micro-batches
 
 

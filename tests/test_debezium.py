@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from lakehouse.config import Column, Source
 from lakehouse.debezium import (
     DECODED_COLUMNS,
+    OLD_KEY_HEADER,
     TOMBSTONE,
     UNAVAILABLE,
     decode_kafka_record,
@@ -220,6 +221,29 @@ def test_delete_orders_before_create_at_the_same_lsn() -> None:
     assert deleted["_op"] == "d" and deleted["_after"] is None
     assert deleted["_before"]["id"] == 42 and deleted["_before"]["name"] is None
     assert deleted["_sequence"] < created["_sequence"]
+
+
+def test_primary_key_change_create_keeps_the_old_key_header() -> None:
+    """The create half carries `__debezium.oldkey` (SimpleHeaderConverter text); it becomes `_old_key`."""
+    key, value = change(LINES, "c", after={"order_id": 7, "line_no": 3, "qty": 1}, lsn=700)
+    headers = [("__debezium.context.connectorName", b"shop"), (OLD_KEY_HEADER, b'{"order_id":7,"line_no":2}')]
+    row, reason = decode_record(LINES, key, value, LINES.topic, 0, 1, headers)
+    assert reason is None and row["_old_key"] == {"order_id": 7, "line_no": 2}
+    assert ok(LINES, key, value)["_old_key"] is None  # no header, no old key
+    deleted, _ = decode_record(LINES, *change(LINES, "d", before={"order_id": 7, "line_no": 2}, lsn=700), LINES.topic, 0, 0,
+                               [("__debezium.newkey", b'{"order_id":7,"line_no":3}')])
+    assert deleted["_old_key"] is None  # the delete half names the new key: nothing to carry over
+
+
+@pytest.mark.parametrize("header, reason", [
+    (b'{"order_id":7', "header __debezium.oldkey is not valid JSON"),
+    (b'{"order_id":7}', "header __debezium.oldkey: fields do not match the primary key (order_id, line_no): missing line_no"),
+    (b'{"order_id":"x","line_no":2}', "header __debezium.oldkey.order_id"),
+])
+def test_a_malformed_old_key_header_is_quarantined_with_the_header_named(header: bytes, reason: str) -> None:
+    row, why = decode_record(LINES, *change(LINES, "c", after={"order_id": 7, "line_no": 3, "qty": 1}), LINES.topic, 0, 1,
+                             [(OLD_KEY_HEADER, header)])
+    assert row is None and why.startswith(reason), why
 
 
 def test_tombstone_is_kept_without_sequence() -> None:

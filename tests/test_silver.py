@@ -74,13 +74,21 @@ def product(i: int, title: str, description: str = "text", price: str = "1.50") 
 
 
 def ev(op: str, lsn: int, row: dict[str, Any] | None = None, key: dict[str, Any] | None = None,
-       unavailable: tuple[str, ...] = (), ts_lsn: float | None = None) -> BronzeChange:
+       unavailable: tuple[str, ...] = (), ts_lsn: float | None = None, old_key: dict[str, Any] | None = None) -> BronzeChange:
     """A bronze change at `lsn` (sequence from the postgres rule, source time from lsn)."""
     if op == "tombstone":
         return BronzeChange("tombstone", key=key)
     ts = BASE_MS + int((ts_lsn if ts_lsn is not None else lsn) * 1000)
     return BronzeChange(op, key=key, after=row if op not in ("d", "t") else None, sequence=seq(lsn, op), ts_ms=ts,
-                        unavailable=unavailable)
+                        unavailable=unavailable, old_key=old_key)
+
+
+def key_move(lsn: int, old_id: int, row: dict[str, Any], unavailable: tuple[str, ...] = ("description",)) -> list[BronzeChange]:
+    """`UPDATE .. SET id = ..` as Debezium sends it: delete + tombstone of the old key, then the
+    new key's create at the same LSN with the placeholder and the `__debezium.oldkey` header."""
+    old = {"id": old_id}
+    return [ev("d", lsn, key=old), ev("tombstone", lsn, key=old),
+            ev("c", lsn, {**row, "description": None}, unavailable=unavailable, old_key=old)]
 
 
 @dataclasses.dataclass
@@ -387,6 +395,28 @@ def test_toast_placeholder_keeps_the_previous_versions_value_even_when_that_arri
     # and chains: a second placeholder version resolves through the first
     env.apply(2, ev("u", 4, product(1, "one v4", description=None), unavailable=("description",)))
     assert env.current()[1]["description"] == "edited text"
+
+
+@pytest.mark.parametrize("split", ["one batch", "old key stored earlier", "chain of moves in one batch"])
+def test_a_primary_key_change_carries_its_toasted_value_from_the_old_key(make_env, split):
+    """Debezium's create for the new key has the placeholder; the value is the old key's."""
+    env = make_env()
+    born = [ev("c", 1, product(1, "one", description="long text")),
+            ev("u", 2, product(1, "one v2", description=None), unavailable=("description",))]
+    moved = key_move(5, 1, product(7, "one v2"))
+    if split == "one batch":
+        env.apply(0, *born, *moved)
+    elif split == "old key stored earlier":
+        env.apply(0, *born)
+        env.apply(1, *moved)
+    else:
+        env.apply(0, *born, *moved, *key_move(6, 7, product(9, "one v2")))
+    final = 9 if split.startswith("chain") else 7
+    assert set(env.live()) == {final} and env.live()[final]["description"] == "long text"
+    assert [r["description"] for r in env.history(final)] == ["long text"]
+    # the value is now silver's own: a later placeholder update of the new key keeps it
+    env.apply(5, ev("u", 8, product(final, "later", description=None), unavailable=("description",)))
+    assert env.live()[final]["description"] == "long text" and env.live()[final]["title"] == "later"
 
 
 # --------------------------------------------------------------------------- 7. change data feed
