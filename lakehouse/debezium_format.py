@@ -281,6 +281,8 @@ def source_info(
         "txId": tx_id,
         "lsn": lsn,
         "xmin": None,
+        "origin": None,  # Debezium 3.6: the replication origin, null for changes made directly
+        "origin_lsn": None,
     }
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import random
 import time
+import uuid
 from dataclasses import dataclass, field, replace
 from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
@@ -36,6 +37,7 @@ from lakehouse.config import Column, ForeignKey, Pipeline, Source, _Located, _Pr
 from lakehouse.debezium_format import (
     NEW_KEY_HEADER,
     OLD_KEY_HEADER,
+    CONNECTOR,
     UNAVAILABLE_VALUE,
     EnvelopeCodec,
     default_partition,
@@ -616,6 +618,7 @@ class _Item:
     time_us: int
     seq: int
     phase: str  # snapshot | stream
+    run: int = 0  # which run of the connector produced it (a restart starts a new one)
 
 
 class _Emitter:
@@ -1115,9 +1118,11 @@ def _micros(moment: datetime) -> int:
 class _Timeline:
     """Production order: commit order, then connector restarts, snapshot replays and lagging topics."""
 
-    def __init__(self, items: list[_Item], rng: random.Random) -> None:
+    def __init__(self, items: list[_Item], rng: random.Random, server: str) -> None:
         self.items = items
         self.rng = rng
+        self.server = server
+        self.run_starts: list[int] = []  # when each connector run after the first began producing
         self.next_seq = len(items)
         self.applied: dict[str, Any] = {"redelivered": [], "redelivered_records": 0, "snapshot_replays": {}, "lagging_topics": {}}
 
@@ -1142,9 +1147,16 @@ class _Timeline:
         for item in self.items:
             if item.time_us > high:
                 item.time_us += shift
+        self.run_starts = sorted([t + shift if t > high else t for t in self.run_starts] + [low + shift])
         self.items.extend(copies)
         self.applied["redelivered"].append({"from_ts_ms": low // 1000, "to_ts_ms": high // 1000, "records": len(copies)})
         self.applied["redelivered_records"] += len(copies)
+
+    def assign_runs(self) -> None:
+        """Tag every record with the connector run that produced it (after the restarts, before
+        any lag moves records in time): runs follow each other in production time."""
+        for item in self.items:
+            item.run = sum(1 for start in self.run_starts if start <= item.time_us)
 
     def replay_snapshot(self, count: int) -> None:
         """Old snapshot records (same LSN, so older than live changes) re-sent mid-stream."""
@@ -1156,8 +1168,9 @@ class _Timeline:
         first, last = stream[0].time_us, stream[-1].time_us
         at = first + int((last - first) * self.rng.uniform(0.4, 0.8))
         base = snapshot[0].time_us
+        run = max((it.run for it in stream if it.time_us <= at), default=0)
         for topic in chosen:
-            copies = [self._copy(it, at + it.time_us - base) for it in snapshot if it.record.topic == topic]
+            copies = [replace(self._copy(it, at + it.time_us - base), run=run) for it in snapshot if it.record.topic == topic]
             self.items.extend(copies)
             self.applied["snapshot_replays"][topic] = len(copies)
 
@@ -1172,7 +1185,26 @@ class _Timeline:
             self.applied["lagging_topics"][topic] = lag_s
 
     def records(self) -> list[KafkaRecord]:
-        return [it.record for it in sorted(self.items, key=lambda it: (it.time_us, it.seq))]
+        """The records in production order, each with the context headers of its connector run."""
+        run_ids = [_run_id(self.rng) for _ in range(1 + len(self.run_starts))]
+        out = []
+        for it in sorted(self.items, key=lambda it: (it.time_us, it.seq)):
+            context = (
+                ("__debezium.context.connectorLogicalName", self.server.encode()),
+                ("__debezium.context.taskId", b"0"),
+                ("__debezium.context.connectorName", CONNECTOR.encode()),
+                ("__debezium.context.runId", run_ids[it.run].encode()),
+            )
+            out.append(replace(it.record, headers=it.record.headers + context))
+        return out
+
+
+def _run_id(rng: random.Random) -> str:
+    """A connector run's id as Debezium 3.6 writes it: a version-7 UUID (random bits here)."""
+    bits = rng.getrandbits(128)
+    bits = (bits & ~(0xF << 76)) | (0x7 << 76)  # version 7
+    bits = (bits & ~(0x3 << 62)) | (0x2 << 62)  # RFC 4122 variant
+    return str(uuid.UUID(int=bits))
 
 
 # =========================================================================== public API
@@ -1198,9 +1230,10 @@ def simulate(
     driver = _Driver(pipeline, hints, plan, seed, schemas_enabled, partitions)
     driver.build_snapshot(scale)
     transactions = driver.stream(events)
-    timeline = _Timeline(driver.emitter.items, random.Random(f"{seed}:timeline"))
+    timeline = _Timeline(driver.emitter.items, random.Random(f"{seed}:timeline"), pipeline.kafka.topic_prefix)
     for _ in range(plan.restarts):
         timeline.restart()
+    timeline.assign_runs()
     if plan.snapshot_replays:
         timeline.replay_snapshot(plan.snapshot_replays)
     timeline.lag(plan.lags_s)

@@ -211,7 +211,8 @@ def test_envelope_and_source_block(shop_pipeline: Pipeline, calm: Simulation) ->
         assert ev.envelope["transaction"] is None
         info = ev.info
         assert list(info) == ["version", "connector", "name", "ts_ms", "snapshot", "db", "sequence", "ts_us",
-                              "ts_ns", "schema", "table", "txId", "lsn", "xmin"]
+                              "ts_ns", "schema", "table", "txId", "lsn", "xmin", "origin", "origin_lsn"]
+        assert info["origin"] is None and info["origin_lsn"] is None
         assert (info["version"], info["connector"], info["name"], info["db"]) == ("3.6.3.Final", "postgresql", "shop", "shop")
         assert ev.record.topic == f"shop.{info['schema']}.{info['table']}" == ev.source.topic
         assert isinstance(info["lsn"], int) and isinstance(info["txId"], int)
@@ -282,7 +283,7 @@ def test_primary_key_change_is_delete_tombstone_create(shop_pipeline: Pipeline, 
             assert payload(rec.value)["source"]["lsn"] == payload(create.value)["source"]["lsn"], "one WAL record"
             seen += 1
     assert seen >= 2
-    assert not any(h for r in decode(shop_pipeline, heavy.records) for h in r.record.headers if r.op in ("u", "r"))
+    assert not any(key_headers(r.record) for r in decode(shop_pipeline, heavy.records) if r.op in ("u", "r"))
 
 
 def test_replica_identity_default_and_full(shop_pipeline: Pipeline, calm: Simulation) -> None:
@@ -435,6 +436,30 @@ def test_truth_values_are_typed(heavy: Simulation, shop_pipeline: Pipeline) -> N
 # --------------------------------------------------------------------------- chaos
 
 
+def key_headers(record: KafkaRecord) -> list[str]:
+    """The primary-key-change headers of a record (every record has the context headers)."""
+    return [name for name, _ in record.headers if not name.startswith("__debezium.context.")]
+
+
+def test_every_record_carries_the_connector_context_headers_with_a_new_run_id_after_a_restart(shop_pipeline: Pipeline) -> None:
+    """Debezium 3.6: connectorLogicalName (topic prefix), taskId, connectorName, runId (a UUIDv7 per run)."""
+    heavy = simulate(shop_pipeline, seed=3, events=600, chaos="heavy")
+    runs: dict[str, list[uuid.UUID]] = defaultdict(list)  # per topic, in production order
+    for rec in heavy.records:
+        context = {k: v.decode() for k, v in rec.headers if k.startswith("__debezium.context.")}
+        assert list(context)[:3] == ["__debezium.context.connectorLogicalName", "__debezium.context.taskId",
+                                     "__debezium.context.connectorName"]
+        assert (context["__debezium.context.connectorLogicalName"], context["__debezium.context.taskId"],
+                context["__debezium.context.connectorName"]) == ("shop", "0", "postgresql")
+        run = uuid.UUID(context["__debezium.context.runId"])
+        assert run.version == 7
+        if not runs[rec.topic] or runs[rec.topic][-1] != run:
+            runs[rec.topic].append(run)
+    restarts = len(heavy.stats["chaos_applied"]["redelivered"])
+    assert restarts > 0 and len({r for topic in runs.values() for r in topic}) == 1 + restarts, "one run id per connector run"
+    assert all(len(topic) == len(set(topic)) for topic in runs.values()), "within a topic, a run never comes back"
+
+
 def _duplicates(records: list[KafkaRecord]) -> int:
     counts = Counter((r.topic, r.key, r.value) for r in records if r.value is not None and payload(r.value)["op"] != "r")
     return sum(n - 1 for n in counts.values())
@@ -466,7 +491,7 @@ def test_chaos_none_is_clean(shop_pipeline: Pipeline, calm: Simulation) -> None:
     assert _duplicates(calm.records) == 0 and _snapshot_replays(calm.records) == 0
     assert _null_fks(events) == 0 and _recreated_parents(events) == 0
     assert replay(shop_pipeline, events).fk_moves == 0
-    assert not any(r.headers for r in calm.records)
+    assert not any(key_headers(r) for r in calm.records)
     assert calm.stats["chaos_applied"]["lagging_topics"] == {}
     assert _dangling_fks(shop_pipeline, events) == 0
     assert all(_overtaken(events, topic) == 0 for topic in shop_pipeline.topics)
