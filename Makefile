@@ -11,8 +11,9 @@ export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 setup:
 	@bash tools/setup.sh
 
+# `make demo POSTGRES=1`: the same with a real PostgreSQL and Debezium's connector.
 demo: setup
-	@$(CLI) demo
+	@$(CLI) demo $(if $(POSTGRES),--with-postgres)
 
 test: setup
 	@$(PY) -m pytest -q tests
@@ -21,7 +22,7 @@ test-slow: setup
 	@$(PY) -m pytest -q -m "slow" tests
 
 test-postgres: setup
-	@$(PY) -m pytest -q -m "slow" tests/test_postgres_e2e.py
+	@$(PY) -m pytest -q tests/test_postgres_e2e.py
 
 bench: setup
 	@$(CLI) bench all

@@ -402,6 +402,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--events", type=int, default=3000)
     p.add_argument("--chaos", choices=("none", "some", "heavy"), default="some")
+    p.add_argument("--with-postgres", action="store_true",
+                   help="real PostgreSQL + Debezium instead of the simulator: --events transactions, verified against the database")
     p.set_defaults(func=cmd_demo)
     return parser
 

@@ -3,12 +3,17 @@
 The demo works in its own lake (`<lake>/demo`), wiped at the start, so a second run shows
 the same story instead of piling events onto the last one. It knows no schema: it reads the
 pipeline file and shows whatever sources and views are declared there.
+
+Two sources of changes: the Debezium simulator (default; verified against its source truth),
+or with `--with-postgres` a real PostgreSQL with Debezium's connector, killed and restarted
+half-way through the transactions (verified against the database itself).
 """
 
 from __future__ import annotations
 
 import argparse
 import shutil
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -30,7 +35,7 @@ def run_demo(args: argparse.Namespace) -> int:
     started = time.monotonic()
     pipeline = load_pipeline(args.pipeline)
     lake = lake_root(args.lake) / "demo"
-    stack.broker_down(lake)
+    _stop_all(lake)
     shutil.rmtree(lake, ignore_errors=True)
     lake.mkdir(parents=True)
 
@@ -38,21 +43,30 @@ def run_demo(args: argparse.Namespace) -> int:
     status = stack.broker_up(lake)
     print(f"kafka: {status.describe()}")
 
-    _banner(f"2. simulate a Debezium workload (seed {args.seed}, {args.events} changes, chaos {args.chaos})")
-    sim = simulator.simulate(pipeline, seed=args.seed, scale=1, events=args.events, chaos=args.chaos)
     truth_dir = lake / "truth" / pipeline.name
-    simulator.write_truth(sim, truth_dir)
-    produced = simulator.produce(sim.records, status.bootstrap)
-    print(f"produced {produced} Kafka records to {len(pipeline.topics)} topics; source truth in {truth_dir}")
-    for key, value in sorted(sim.stats.items()):
-        print(f"  {key}: {value}")
+    if getattr(args, "with_postgres", False):
+        dsn = _postgres_workload(args, pipeline, lake, status.bootstrap)
+    else:
+        _banner(f"2. simulate a Debezium workload (seed {args.seed}, {args.events} changes, chaos {args.chaos})")
+        sim = simulator.simulate(pipeline, seed=args.seed, scale=1, events=args.events, chaos=args.chaos)
+        simulator.write_truth(sim, truth_dir)
+        produced = simulator.produce(sim.records, status.bootstrap)
+        print(f"produced {produced} Kafka records to {len(pipeline.topics)} topics; source truth in {truth_dir}")
+        for key, value in sorted(sim.stats.items()):
+            print(f"  {key}: {value}")
 
     spark = build_local_spark(lake, app_name="cdc-enrich-demo")
     ensure_schemas(spark, pipeline)
     stage_args = argparse.Namespace(bootstrap=status.bootstrap, trigger="available_now", lake=str(lake))
+    if getattr(args, "with_postgres", False):
+        from lakehouse.verify_postgres import verify_against_postgres
+
+        _banner("3. bronze -> silver -> gold until caught up with the database's LSN, then compared with it")
+        pg_report = verify_against_postgres(spark, pipeline, dsn, lake, bootstrap=status.bootstrap, progress=print)
+        print(pg_report.render())
 
     _banner("3. bronze: Kafka -> append-only Delta, malformed records to quarantine")
-    _run(run_stage, "bronze", spark, pipeline, lake, stage_args)
+    _run(run_stage, "bronze", spark, pipeline, lake, stage_args)  # with PostgreSQL: nothing left to read
     rows = [
         (src.name, spark.table(bronze_table(pipeline, src)).count())
         for src in pipeline.sources.values()
@@ -84,11 +98,15 @@ def run_demo(args: argparse.Namespace) -> int:
             cols = ", ".join(c.name for c in view.columns)
             print(show_query(spark, f"SELECT {cols} FROM {gold_table(pipeline, view.name)} ORDER BY 1 LIMIT 5"))
 
-        _banner("6. verify: gold == SQL join over the source truth")
-        from lakehouse.verify import verify_pipeline
+        if getattr(args, "with_postgres", False):
+            _banner("6. verify: gold == the same join run inside PostgreSQL (step 3)")
+            print(pg_report.render())
+        else:
+            _banner("6. verify: gold == SQL join over the source truth")
+            from lakehouse.verify import verify_pipeline
 
-        report = verify_pipeline(spark, pipeline, truth_dir=truth_dir)
-        print(report.render())
+            report = verify_pipeline(spark, pipeline, truth_dir=truth_dir)
+            print(report.render())
 
         _banner("7. data quality (great-expectations)")
         _run(run_stage, "quality", spark, pipeline, lake, stage_args)
@@ -98,8 +116,49 @@ def run_demo(args: argparse.Namespace) -> int:
     first_view = next(iter(pipeline.views), None)
     if first_view:
         print(f"  .venv/bin/cdc-enrich --lake {lake} sql \"SELECT * FROM {gold_table(pipeline, first_view)} VERSION AS OF 1 LIMIT 5\"")
-    print(f"  .venv/bin/cdc-enrich --lake {lake} stack down     # stop the demo's broker")
+    if getattr(args, "with_postgres", False):
+        print(f"  .venv/bin/cdc-enrich --lake {lake} stack down --with-postgres     # stop the demo's broker, PostgreSQL and Connect")
+    else:
+        print(f"  .venv/bin/cdc-enrich --lake {lake} stack down     # stop the demo's broker")
     return 0
+
+
+def _stop_all(lake: Path) -> None:
+    """Stop whatever a previous demo left running in its lake (before the lake is wiped)."""
+    from lakehouse import connect, postgres, stack
+
+    connect.connect_down(lake)
+    postgres.postgres_down(lake)
+    stack.broker_down(lake)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _postgres_workload(args: argparse.Namespace, pipeline: Any, lake: Path, bootstrap: str) -> str:
+    """PostgreSQL + Debezium, the initial rows, then `args.events` transactions from two
+    connections with the connector SIGKILLed and restarted half-way. Returns the DSN."""
+    from lakehouse import connect, pg_workload, postgres
+
+    _banner(f"2. PostgreSQL + Debezium: {args.events} real transactions, the connector killed half-way")
+    pg = postgres.postgres_up(lake, port=_free_port(), database=pipeline.name)
+    print(f"postgres: {pg.describe()}")
+    dsn = postgres.dsn(lake, database=pipeline.name)
+    print(pg_workload.seed_database(dsn, pipeline, args.seed).render())
+    rest_port = _free_port()
+    print(f"connect: {connect.connect_up(lake, pipeline, bootstrap, dsn, rest_port=rest_port).describe()}")
+    connect.wait_until_streaming(dsn, pipeline)
+    print("connect: snapshot done, streaming")
+    half = args.events // 2
+    print(pg_workload.run_workload(dsn, pipeline, half, seed=args.seed + 1).render())
+    connect.connect_down(lake, kill=True)
+    print("connect: killed (SIGKILL); the replication slot keeps what comes next")
+    print(pg_workload.run_workload(dsn, pipeline, args.events - half, seed=args.seed + 2).render())
+    print(f"connect: restarted, resumes from its offsets: {connect.connect_up(lake, pipeline, bootstrap, dsn, rest_port=rest_port).describe()}")
+    return dsn
 
 
 def _run(run_stage: Any, stage: str, spark: Any, pipeline: Any, lake: Path, stage_args: argparse.Namespace) -> None:

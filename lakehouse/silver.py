@@ -436,20 +436,28 @@ def inherit_moved_values(versions: DataFrame, source: Source) -> DataFrame:
     the create, whose `__debezium.oldkey` header (`_old_key`) names where the row came from.
     Such a version (a *mover*) takes those columns from the old key's last live version
     before it, as resolved by `resolve_placeholders`, and keeps no placeholder: its values
-    are then as real as any. A donor that is itself a pending mover (a chain of key changes)
-    is resolved first, pass by pass. A mover whose old key is not in `versions` (never seen)
+    are then as real as any. A donor whose value may still come from a pending mover (a chain
+    of key changes, with or without updates in between) waits: chains resolve pass by pass. A mover whose old key is not in `versions` (never seen)
     stays a plain placeholder. Deleted versions and the rest pass through unchanged.
     """
     keys = _keys(source)
     values = list(source.value_columns)
     cols = versions.columns
+    upto = Window.partitionBy(*keys).orderBy("_sequence").rowsBetween(Window.unboundedPreceding, Window.currentRow)
     for _ in range(64):  # each pass resolves at least one more link of every chain
         pending = F.col("_old_key").isNotNull() & (F.size("_unavailable") > 0)
-        resolved = resolve_placeholders(versions.withColumn("_pending", pending).drop("_old_key"), source)
+        complete = ~pending & (F.size("_unavailable") == 0)
+        # A version whose values may still come from a pending mover of its own key (the mover
+        # itself, or placeholder versions after it with no complete version in between) is no
+        # donor yet: it waits for a later pass.
+        last_pending = F.max(F.when(pending, F.col("_sequence"))).over(upto)
+        last_complete = F.max(F.when(complete, F.col("_sequence"))).over(upto)
+        waiting = last_pending.isNotNull() & (last_complete.isNull() | (last_complete < last_pending))
+        resolved = resolve_placeholders(versions.withColumn("_waiting", waiting).drop("_old_key"), source)
         donors = resolved.filter(~F.col("_deleted")).select(
             *[F.col(k).alias(f"_donor_{k}") for k in keys],
             F.col("_sequence").alias("_donor_sequence"),
-            F.struct("_pending", *values).alias("_donor"),
+            F.struct("_waiting", *values).alias("_donor"),
         )
         movers = versions.filter(pending).select(*keys, "_sequence", "_old_key")
         match = F.lit(True)
@@ -459,7 +467,7 @@ def inherit_moved_values(versions: DataFrame, source: Source) -> DataFrame:
             movers.join(donors, match & (F.col("_donor_sequence") < F.col("_sequence")))
             .groupBy(*keys, "_sequence")
             .agg(F.max_by("_donor", "_donor_sequence").alias("_donor"))
-            .filter(~F.col("_donor._pending"))
+            .filter(~F.col("_donor._waiting"))
         ).localCheckpoint(eager=True)
         if picked.isEmpty():
             break

@@ -371,7 +371,6 @@ def _stage_missing() -> str | None:
     return None
 
 
-@pytest.mark.slow  # ~10 min on 2 cores; `make test-postgres`. Known failure: see the TOAST + primary-key change gap in silver
 def test_gold_equals_postgres_with_a_real_connector_restarted_mid_run(
     spark: Any, lake: Path, pg_lake: Path, kafka_bootstrap: str, shop_pipeline_path: Path
 ) -> None:

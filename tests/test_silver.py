@@ -410,7 +410,9 @@ def test_a_primary_key_change_carries_its_toasted_value_from_the_old_key(make_en
         env.apply(0, *born)
         env.apply(1, *moved)
     else:
-        env.apply(0, *born, *moved, *key_move(6, 7, product(9, "one v2")))
+        # 1 -> 7, an update of 7 that leaves the text alone, then 7 -> 9: all in one batch
+        touched = ev("u", 6, product(7, "seven", description=None), unavailable=("description",))
+        env.apply(0, *born, *moved, touched, *key_move(7, 7, product(9, "seven")))
     final = 9 if split.startswith("chain") else 7
     assert set(env.live()) == {final} and env.live()[final]["description"] == "long text"
     assert [r["description"] for r in env.history(final)] == ["long text"]
