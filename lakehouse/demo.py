@@ -111,7 +111,8 @@ def run_demo(args: argparse.Namespace) -> int:
         _banner("7. data quality (great-expectations)")
         _run(run_stage, "quality", spark, pipeline, lake, stage_args)
 
-    _banner("done")
+    verified = pg_report.ok if getattr(args, "with_postgres", False) else (report.ok if pipeline.views else True)
+    _banner("done" if verified else "done: VERIFY FOUND DIFFERENCES (see above)")
     print(f"demo finished in {time.monotonic() - started:.0f}s. Try:")
     first_view = next(iter(pipeline.views), None)
     if first_view:
@@ -120,7 +121,7 @@ def run_demo(args: argparse.Namespace) -> int:
         print(f"  .venv/bin/cdc-enrich --lake {lake} stack down --with-postgres     # stop the demo's broker, PostgreSQL and Connect")
     else:
         print(f"  .venv/bin/cdc-enrich --lake {lake} stack down     # stop the demo's broker")
-    return 0
+    return 0 if verified else 1
 
 
 def _stop_all(lake: Path) -> None:
