@@ -53,10 +53,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lakehouse import procs
 from lakehouse.config import Pipeline
 from lakehouse.errors import StackError
 from lakehouse.paths import jar_cache, jars
-from lakehouse.postgres import cmdline, file_lock, log_tail, port_free, reap
 
 DEFAULT_REST_PORT = 18083
 PORT_ENV = "CDC_ENRICH_CONNECT_PORT"
@@ -130,22 +130,15 @@ def _connector_file(lake: Path) -> Path:
 
 
 def _read_state(lake: Path) -> dict[str, Any]:
-    try:
-        state = json.loads(_state_file(lake).read_text())
-    except (OSError, ValueError):
-        return {}
-    return state if isinstance(state, dict) else {}
+    return procs.read_state(_state_file(lake))
 
 
 def _write_state(lake: Path, state: dict[str, Any]) -> None:
-    target = _state_file(lake)
-    tmp = target.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(state, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, target)
+    procs.write_state(_state_file(lake), state)
 
 
 def _error(lake: Path, message: str) -> StackError:
-    return StackError(f"{message}\n--- last lines of {_log_file(lake)} ---\n{log_tail(_log_file(lake), 40)}")
+    return procs.error_with_log(message, _log_file(lake), 40)
 
 
 # --------------------------------------------------------------------------- names and configuration
@@ -291,20 +284,13 @@ def ensure_heartbeat_table(pg_dsn: str, pipeline: Pipeline) -> None:
 
 
 def _is_our_worker(pid: int, lake: Path) -> bool:
-    reap(pid, _CHILDREN)
-    args = cmdline(pid).split()
+    procs.reap(pid, _CHILDREN)
+    args = procs.cmdline(pid).split()
     return MAIN_CLASS in args and str(_worker_file(lake)) in args
 
 
-def _read_pid(lake: Path) -> int | None:
-    try:
-        return int(_pid_file(lake).read_text().strip())
-    except (OSError, ValueError):
-        return None
-
-
 def _running_pid(lake: Path) -> int | None:
-    pid = _read_pid(lake)
+    pid = procs.read_pid(_pid_file(lake))
     return pid if pid is not None and _is_our_worker(pid, lake) else None
 
 
@@ -328,32 +314,20 @@ def _classpath() -> list[Path]:
     return found
 
 
+def _check_port(port: int) -> int:
+    if not 1024 <= port <= 65535:
+        raise StackError(f"Kafka Connect REST port {port} is out of range: use 1024-65535")
+    return port
+
+
 def _env_port() -> int | None:
-    raw = os.environ.get(PORT_ENV)
-    if not raw:
-        return None
-    if not raw.isdigit() or not 1024 <= int(raw) <= 65535:
-        raise StackError(f"{PORT_ENV}={raw!r} is not a port number (1024-65535)")
-    return int(raw)
+    return procs.env_port(PORT_ENV, _check_port)
 
 
 def _stop(pid: int, lake: Path, timeout_s: float, kill: bool) -> None:
     """SIGTERM (the worker commits its offsets and stops the task), then SIGKILL; `kill`: SIGKILL at once."""
     steps = ((signal.SIGKILL, 10.0),) if kill else ((signal.SIGTERM, timeout_s), (signal.SIGKILL, 10.0))
-    for sig, wait_s in steps:
-        if not _is_our_worker(pid, lake):
-            break
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            break
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline and _is_our_worker(pid, lake):
-            time.sleep(0.1)
-        if not _is_our_worker(pid, lake):
-            break
-    reap(pid, _CHILDREN)
-    _CHILDREN.pop(pid, None)
+    procs.stop(pid, lambda: _is_our_worker(pid, lake), steps, _CHILDREN)
 
 
 # --------------------------------------------------------------------------- REST
@@ -452,7 +426,7 @@ def connect_up(
         "publication": replication_name(pipeline),
         "schemas_enabled": schemas_enabled,
     }
-    with file_lock(connect_dir(lake)):
+    with procs.file_lock(connect_dir(lake)):
         pid = _running_pid(lake)
         state = _read_state(lake)
         if pid is not None:
@@ -487,7 +461,7 @@ def _start(
 
     java = _java()
     classpath = _classpath()
-    if not port_free(rest_port):
+    if not procs.port_free(rest_port):
         raise StackError(
             f"port {rest_port} ({HOST}:{rest_port}, the Kafka Connect REST listener) is in use by another process: "
             f"pick another with {PORT_ENV} or rest_port="
@@ -535,7 +509,7 @@ def connect_down(lake: Path, timeout_s: float = 30, kill: bool = False) -> bool:
     lake = Path(lake)
     if not connect_dir(lake).is_dir():
         return False
-    with file_lock(connect_dir(lake)):
+    with procs.file_lock(connect_dir(lake)):
         pid = _running_pid(lake)
         if pid is not None:
             _stop(pid, lake, timeout_s, kill)

@@ -23,22 +23,18 @@ PostgreSQL refuses to run as root. As root we run it, in order of preference:
 
 from __future__ import annotations
 
-import fcntl
-import json
 import os
 import pwd
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lakehouse import procs
 from lakehouse.errors import StackError
 
 DEFAULT_PORT = 15432
@@ -48,7 +44,6 @@ HOST = "127.0.0.1"
 SUPERUSER = "postgres"
 CDC_USER = "cdc_enrich"  # LOGIN REPLICATION, owns the database: what Debezium and the workload use
 DEFAULT_DATABASE = "shop"  # the demo pipeline's database; postgres_up(database=...) for others
-LOG_TAIL_LINES = 30
 CONF_FILE = "cdc_enrich.conf"
 
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
@@ -100,31 +95,16 @@ def _state_file(lake: Path) -> Path:
 
 
 def _read_state(lake: Path) -> dict[str, Any]:
-    try:
-        state = json.loads(_state_file(lake).read_text())
-    except (OSError, ValueError):
-        return {}
-    return state if isinstance(state, dict) else {}
+    return procs.read_state(_state_file(lake))
 
 
 def _write_state(lake: Path, state: dict[str, Any]) -> None:
-    """Atomic, owner-only: the file holds the cluster's generated password."""
-    target = _state_file(lake)
-    tmp = target.with_suffix(".json.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(json.dumps(state, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, target)
+    """Owner-only: the file holds the cluster's generated password."""
+    procs.write_state(_state_file(lake), state, private=True)
 
 
 def _env_port() -> int | None:
-    raw = os.environ.get(PORT_ENV)
-    if not raw:
-        return None
-    try:
-        return _check_port(int(raw))
-    except ValueError:
-        raise StackError(f"{PORT_ENV}={raw!r} is not a port number (1024-65535)") from None
+    return procs.env_port(PORT_ENV, _check_port)
 
 
 def _check_port(port: int) -> int:
@@ -151,90 +131,22 @@ def dsn(lake: Path, database: str | None = None, superuser: bool = False) -> str
     return f"host={HOST} port={state['port']} dbname={dbname} user={user} password={state['password']}"
 
 
-# --------------------------------------------------------------------------- processes (shared with lakehouse.connect)
-
-
-def cmdline(pid: int) -> str:
-    """The command line of a process ("" when gone), to tell our server from a reused pid."""
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except FileNotFoundError:
-        return ""
-    except OSError:
-        pass
-    try:  # no /proc (macOS)
-        out = subprocess.run(["ps", "-o", "args=", "-p", str(pid)], capture_output=True, text=True, check=False)
-    except OSError:
-        return ""
-    return out.stdout.strip()
-
-
-def reap(pid: int, children: dict[int, subprocess.Popen[bytes]]) -> None:
-    """Collect the exit status of a child we started, so its zombie does not look alive."""
-    child = children.get(pid)
-    if child is not None:
-        if child.poll() is not None:
-            children.pop(pid, None)
-        return
-    try:
-        os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
-
-
-def port_free(port: int) -> bool:
-    """True when we could listen on 127.0.0.1:port."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((HOST, port))
-        except OSError:
-            return False
-    return True
-
-
-def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
-    """The last lines of a log, appended to errors because that is where the cause is."""
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return f"(no log at {path})"
-    tail = text.splitlines()[-lines:]
-    return "\n".join(tail) if tail else "(the log is empty)"
-
-
-@contextmanager
-def file_lock(folder: Path) -> Iterator[None]:
-    """Serialise up/down across processes, so two `up` never start two servers."""
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / ".lock", "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+# --------------------------------------------------------------------------- processes
 
 
 def _error(lake: Path, message: str) -> StackError:
-    return StackError(f"{message}\n--- last lines of {_log_file(lake)} ---\n{log_tail(_log_file(lake))}")
+    return procs.error_with_log(message, _log_file(lake))
 
 
 def _is_our_server(pid: int, lake: Path) -> bool:
     """Alive *and* a postmaster serving this lake's data directory: a reused pid is never ours."""
-    reap(pid, _CHILDREN)
-    args = cmdline(pid).split()
+    procs.reap(pid, _CHILDREN)
+    args = procs.cmdline(pid).split()
     return bool(args) and args[0].endswith("/postgres") and str(_data_dir(lake)) in args
 
 
-def _read_pid(lake: Path) -> int | None:
-    try:
-        return int(_pid_file(lake).read_text().strip())
-    except (OSError, ValueError):
-        return None
-
-
 def _running_pid(lake: Path) -> int | None:
-    pid = _read_pid(lake)
+    pid = procs.read_pid(_pid_file(lake))
     return pid if pid is not None and _is_our_server(pid, lake) else None
 
 
@@ -476,7 +388,7 @@ def postgres_up(lake: Path, port: int | None = None, database: str = DEFAULT_DAT
     """
     lake = Path(lake)
     wanted = _check_port(port) if port is not None else _env_port()
-    with file_lock(postgres_dir(lake)):
+    with procs.file_lock(postgres_dir(lake)):
         pid = _running_pid(lake)
         if pid is not None:
             running_port = configured_port(lake)
@@ -496,7 +408,7 @@ def postgres_up(lake: Path, port: int | None = None, database: str = DEFAULT_DAT
 
 def _start(lake: Path, port: int, timeout_s: float) -> None:
     bin_dir = _bin_dir()
-    if not port_free(port):
+    if not procs.port_free(port):
         raise StackError(
             f"port {port} ({HOST}:{port}) is already in use by another process, not by a PostgreSQL this lake "
             f"started: stop it, or pick another port with {PORT_ENV}"
@@ -526,28 +438,10 @@ def _start(lake: Path, port: int, timeout_s: float) -> None:
         raise
 
 
-def _wait_gone(pid: int, lake: Path, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if not _is_our_server(pid, lake):
-            return True
-        time.sleep(0.1)
-    return not _is_our_server(pid, lake)
-
-
 def _stop(pid: int, lake: Path, timeout_s: float) -> None:
     """Fast shutdown (SIGINT: ends sessions, incl. Debezium's walsender), then immediate (SIGQUIT), then SIGKILL."""
-    for sig, wait_s in ((signal.SIGINT, timeout_s), (signal.SIGQUIT, 10.0), (signal.SIGKILL, 10.0)):
-        if not _is_our_server(pid, lake):
-            break
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            break
-        if _wait_gone(pid, lake, wait_s):
-            break
-    reap(pid, _CHILDREN)
-    _CHILDREN.pop(pid, None)
+    steps = ((signal.SIGINT, timeout_s), (signal.SIGQUIT, 10.0), (signal.SIGKILL, 10.0))
+    procs.stop(pid, lambda: _is_our_server(pid, lake), steps, _CHILDREN)
 
 
 def postgres_down(lake: Path, timeout_s: float = 30) -> bool:
@@ -555,7 +449,7 @@ def postgres_down(lake: Path, timeout_s: float = 30) -> bool:
     lake = Path(lake)
     if not postgres_dir(lake).is_dir():
         return False
-    with file_lock(postgres_dir(lake)):
+    with procs.file_lock(postgres_dir(lake)):
         pid = _running_pid(lake)
         if pid is not None:
             _stop(pid, lake, timeout_s)

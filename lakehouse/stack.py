@@ -15,21 +15,17 @@ Everything it owns lives under `<lake>/stack/kafka/`:
 from __future__ import annotations
 
 import base64
-import errno
-import fcntl
-import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
+from lakehouse import procs
 from lakehouse.errors import StackError
 from lakehouse.paths import jar_cache, jars
 
@@ -93,31 +89,17 @@ def _state_file(lake: Path) -> Path:
 
 
 def _read_state(lake: Path) -> dict[str, object]:
-    """stack.json as a dict; empty when the broker was never configured (or the file is damaged)."""
-    try:
-        state = json.loads(_state_file(lake).read_text())
-    except (OSError, ValueError):
-        return {}
-    return state if isinstance(state, dict) else {}
+    """stack.json: the broker's port and cluster id (empty when never configured)."""
+    return procs.read_state(_state_file(lake))
 
 
 def _write_state(lake: Path, state: dict[str, object]) -> None:
-    """Atomic write, because other processes read stack.json to find the broker."""
-    target = _state_file(lake)
-    tmp = target.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(state, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, target)
+    procs.write_state(_state_file(lake), state)
 
 
 def _env_port() -> int | None:
-    """The port asked for through CDC_ENRICH_KAFKA_PORT, validated so a typo fails clearly."""
-    raw = os.environ.get(PORT_ENV)
-    if not raw:
-        return None
-    try:
-        return _check_port(int(raw))
-    except ValueError:
-        raise StackError(f"{PORT_ENV}={raw!r} is not a port number (1024-65534)") from None
+    """The port asked for through CDC_ENRICH_KAFKA_PORT (1024-65534)."""
+    return procs.env_port(PORT_ENV, _check_port)
 
 
 def _check_port(port: int) -> int:
@@ -143,106 +125,38 @@ def bootstrap_servers(lake: Path) -> str:
 # --------------------------------------------------------------------------- processes
 
 
-def _cmdline(pid: int) -> str:
-    """The command line of a process ("" when gone or a zombie), to tell our broker from a reused pid."""
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except FileNotFoundError:
-        return ""
-    except OSError:
-        pass
-    try:  # no /proc (macOS)
-        out = subprocess.run(["ps", "-o", "args=", "-p", str(pid)], capture_output=True, text=True, check=False)
-    except OSError:
-        return ""
-    return out.stdout.strip()
-
-
-def _reap(pid: int) -> None:
-    """Collect the exit status of a broker we started, so its zombie does not look alive."""
-    child = _CHILDREN.get(pid)
-    if child is not None:
-        if child.poll() is not None:
-            _CHILDREN.pop(pid, None)
-        return
-    try:
-        os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass  # not our child: init reaps it
-
-
 def _is_our_broker(pid: int, lake: Path) -> bool:
     """Alive *and* a kafka.Kafka running this lake's server.properties: a reused pid is never ours."""
-    _reap(pid)
-    cmd = _cmdline(pid)
+    procs.reap(pid, _CHILDREN)
+    cmd = procs.cmdline(pid)
     return MAIN_CLASS in cmd.split() and str(_props_file(lake)) in cmd
-
-
-def _read_pid(lake: Path) -> int | None:
-    try:
-        return int(_pid_file(lake).read_text().strip())
-    except (OSError, ValueError):
-        return None
 
 
 def _running_pid(lake: Path) -> int | None:
     """The pid of this lake's broker when it is running, else None."""
-    pid = _read_pid(lake)
+    pid = procs.read_pid(_pid_file(lake))
     return pid if pid is not None and _is_our_broker(pid, lake) else None
-
-
-def _wait_gone(pid: int, lake: Path, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if not _is_our_broker(pid, lake):
-            return True
-        time.sleep(0.1)
-    return not _is_our_broker(pid, lake)
 
 
 def _stop(pid: int, lake: Path, timeout_s: float) -> None:
     """SIGTERM (clean shutdown: flushes logs, closes the KRaft quorum), then SIGKILL if it hangs."""
-    for sig, wait_s in ((signal.SIGTERM, timeout_s), (signal.SIGKILL, 10.0)):
-        if not _is_our_broker(pid, lake):
-            break
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            break
-        if _wait_gone(pid, lake, wait_s):
-            break
-    _reap(pid)
-    _CHILDREN.pop(pid, None)
+    procs.stop(pid, lambda: _is_our_broker(pid, lake), ((signal.SIGTERM, timeout_s), (signal.SIGKILL, 10.0)), _CHILDREN)
 
 
-@contextmanager
-def _locked(lake: Path) -> Iterator[None]:
+def _locked(lake: Path) -> AbstractContextManager[None]:
     """Serialise up/down across processes, so two `stack up` never start two brokers."""
-    folder = kafka_dir(lake)
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / ".lock", "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    return procs.file_lock(kafka_dir(lake))
 
 
 # --------------------------------------------------------------------------- preconditions
 
 
 def _log_tail(lake: Path, lines: int = LOG_TAIL_LINES) -> str:
-    """The last lines of broker.log, appended to errors because that is where the cause is."""
-    try:
-        text = _log_file(lake).read_text(errors="replace")
-    except OSError:
-        return "(no broker log)"
-    tail = text.splitlines()[-lines:]
-    return "\n".join(tail) if tail else "(broker log is empty)"
+    return procs.log_tail(_log_file(lake), lines)
 
 
 def _error(lake: Path, message: str) -> StackError:
-    return StackError(f"{message}\n--- last lines of {_log_file(lake)} ---\n{_log_tail(lake)}")
+    return procs.error_with_log(message, _log_file(lake), LOG_TAIL_LINES)
 
 
 def _java() -> str:
@@ -283,22 +197,9 @@ def _logging_note(classpath: list[Path]) -> str | None:
     return None
 
 
-def _port_free(port: int) -> bool:
-    """True when we could listen on 127.0.0.1:port (SO_REUSEADDR: a TIME_WAIT socket is no obstacle)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((HOST, port))
-        except OSError as exc:
-            if exc.errno in (errno.EADDRINUSE, errno.EACCES):
-                return False
-            raise
-    return True
-
-
 def _ensure_ports_free(port: int) -> None:
     for what, p in (("broker", port), ("controller", port + 1)):
-        if not _port_free(p):
+        if not procs.port_free(p):
             raise StackError(
                 f"port {p} ({HOST}:{p}, the Kafka {what} listener) is already in use by another process, "
                 f"not by a broker this lake started: stop it, or pick another port with {PORT_ENV} "

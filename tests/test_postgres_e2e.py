@@ -191,7 +191,6 @@ def record_shape(pipeline: Pipeline, toast: dict[str, tuple[str, ...]], topic: s
     image = env["after"] or env["before"] or {}
     placeholders = tuple(sorted(c for c in toast.get(source.name, ()) if (env["after"] or {}).get(c) == PLACEHOLDER))
     variant = "pk change" if pk_change else "snapshot" if op == "r" else "toast unchanged" if placeholders else "plain"
-    sequence = json.loads(env["source"]["sequence"])
     shape = {
         "envelope fields": tuple(env),
         "headers": names,
