@@ -611,7 +611,12 @@ class Worker:
         try:
             with self.conn.transaction():
                 build(tx)
-        except (psycopg.errors.IntegrityError, psycopg.errors.TransactionRollback) as exc:
+        except (
+            psycopg.errors.IntegrityError,
+            psycopg.errors.TransactionRollback,
+            psycopg.errors.DeadlockDetected,  # SQLSTATE 40P01; psycopg 3 makes it an OperationalError
+            psycopg.errors.SerializationFailure,
+        ) as exc:
             # a concurrent delete or re-key (foreign key violation), a deadlock: rolled back, counted
             reason = type(exc).__name__
             self.stats.aborted += 1

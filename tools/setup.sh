@@ -30,7 +30,8 @@ resolve() {  # $1 = kind (spark|kafka)
   echo "setup: resolving $kind jars from Maven Central"
   local stage=.cache/jars/$kind.staging
   rm -rf "$stage" "$out"; mkdir -p "$stage" "$out"
-  mvn -q -B -f "$pom" dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$ROOT/$stage"
+  # (Maven prints colour resets even in batch mode: strip them; pipefail keeps its exit status)
+  mvn -q -B -Dstyle.color=never -f "$pom" dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$ROOT/$stage" 2>&1 | sed "s/\x1b\[[0-9;]*m//g"
   if [ "$kind" = spark ]; then
     local have; have=$(.venv/bin/python -c 'import pyspark,os;print(os.path.join(os.path.dirname(pyspark.__file__),"jars"))')
     for j in "$stage"/*.jar; do
