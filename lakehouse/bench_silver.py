@@ -219,27 +219,41 @@ def _last_merge_metrics(spark: SparkSession, table: str) -> dict[str, int]:
     return {k: int(v) for k, v in (rows[0]["operationMetrics"] or {}).items()} if rows else {}
 
 
+LAYOUTS = ("no_dv", "dv", "dv_clustered")
+
+
 def bench_silver(
     spark: SparkSession,
     pipeline: Pipeline,
     lake: Path,
     changes: int = 10_000,
     sizes: tuple[int, ...] = (100_000, 1_000_000),
-    deletion_vectors: tuple[bool, ...] = (False, True),
+    layouts: tuple[str, ...] = LAYOUTS,
 ) -> dict[str, Any]:
-    """Apply one batch of `changes` changes to current tables of each size; report per case
-    seconds, Delta MERGE metrics and rows rewritten per changed row, and the time ratio of the
-    largest to the smallest size. Tables go to fresh schemas (dropped afterwards)."""
+    """Apply one batch of `changes` changes to current tables of each size, for each layout
+    (`no_dv`: plain files; `dv`: deletion vectors, the default; `dv_clustered`: deletion vectors
+    and current/history liquid-clustered by the primary key, OPTIMIZEd after seeding); report per
+    case seconds, Delta MERGE metrics and rows rewritten per changed row, and per layout the time
+    ratio of the largest to the smallest size. Tables go to fresh schemas (dropped afterwards)."""
     source = _bench_source(pipeline)
     run = uuid.uuid4().hex[:8]
     cases = []
-    for dv in deletion_vectors:
+    for layout in layouts:
+        dv, clustered = layout != "no_dv", layout == "dv_clustered"
         for size in sizes:
-            schema = f"bench_silver_{run}_{size}_{'dv' if dv else 'nodv'}"
+            schema = f"bench_silver_{run}_{size}_{layout}"
             variant = dataclasses.replace(pipeline, tables=dataclasses.replace(pipeline.tables, catalog=None, silver_schema=schema))
             ensure_silver_tables(spark, variant, source, deletion_vectors=dv)
+            tables = (silver_current_table(variant, source), silver_history_table(variant, source))
+            if clustered:
+                keys = ", ".join(source.primary_key)
+                for table in tables:
+                    spark.sql(f"ALTER TABLE {table} CLUSTER BY ({keys})")
             t0 = time.perf_counter()
             _seed_tables(spark, variant, source, size)
+            if clustered:
+                for table in tables:
+                    spark.sql(f"OPTIMIZE {table}")
             seed_s = time.perf_counter() - t0
             batch = _change_batch(spark, source, size, changes).localCheckpoint(eager=True)
             phases = _PhaseCapture()
@@ -254,7 +268,7 @@ def bench_silver(
             cases.append(
                 {
                     "rows": size,
-                    "deletion_vectors": dv,
+                    "layout": layout,
                     "seed_seconds": round(seed_s, 2),
                     "apply_seconds": round(seconds, 2),
                     "current_upserted": stats.current_upserted,
@@ -272,10 +286,10 @@ def bench_silver(
             )
             spark.sql(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
     ratios = {}
-    for dv in deletion_vectors:
-        by_size = {c["rows"]: c["apply_seconds"] for c in cases if c["deletion_vectors"] == dv}
+    for layout in layouts:
+        by_size = {c["rows"]: c["apply_seconds"] for c in cases if c["layout"] == layout}
         if len(by_size) > 1:
-            ratios["dv" if dv else "no_dv"] = round(by_size[max(by_size)] / by_size[min(by_size)], 2)
+            ratios[layout] = round(by_size[max(by_size)] / by_size[min(by_size)], 2)
     return {"changes": changes, "sizes": list(sizes), "cases": cases, "time_ratio_largest_to_smallest": ratios}
 
 
