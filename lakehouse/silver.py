@@ -437,8 +437,9 @@ def inherit_moved_values(versions: DataFrame, source: Source) -> DataFrame:
     Such a version (a *mover*) takes those columns from the old key's last live version
     before it, as resolved by `resolve_placeholders`, and keeps no placeholder: its values
     are then as real as any. A donor whose value may still come from a pending mover (a chain
-    of key changes, with or without updates in between) waits: chains resolve pass by pass. A mover whose old key is not in `versions` (never seen)
-    stays a plain placeholder. Deleted versions and the rest pass through unchanged.
+    of key changes, with or without updates in between) waits: chains resolve pass by pass.
+    A mover whose old key is not in `versions` (never seen) stays a plain placeholder.
+    Deleted versions and the rest pass through unchanged.
     """
     keys = _keys(source)
     values = list(source.value_columns)
@@ -501,12 +502,9 @@ def build_timeline(existing: DataFrame, changes: DataFrame, truncates: Sequence[
     new = (
         changes.join(existing.select(*keys, "_sequence"), [*keys, "_sequence"], "left_anti")
         .withColumn("_stored", F.lit(False))
-        .select(*cols)
+        .select(*cols, *(["_old_key"] if moves else []))
     )
     if moves:
-        new = changes.join(existing.select(*keys, "_sequence"), [*keys, "_sequence"], "left_anti").withColumn(
-            "_stored", F.lit(False)
-        ).select(*cols, "_old_key")
         stored_real = stored_real.withColumn("_old_key", F.lit(None).cast(key_struct(source)))
     real = stored_real.unionByName(new)
     derived = derive_truncate_versions(real, truncates, source)

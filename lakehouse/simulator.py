@@ -35,9 +35,9 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from lakehouse.config import Column, ForeignKey, Pipeline, Source, _Located, _Problems
 from lakehouse.debezium_format import (
+    CONNECTOR,
     NEW_KEY_HEADER,
     OLD_KEY_HEADER,
-    CONNECTOR,
     UNAVAILABLE_VALUE,
     EnvelopeCodec,
     default_partition,
@@ -335,7 +335,7 @@ class ChaosPlan:
     recreate: float = 0.0  # delete a referenced parent and re-create it, same key, one transaction
     pk_change: float = 0.0  # UPDATE of a primary key: delete + tombstone + create
     noop_update: float = 0.0  # UPDATE that changes nothing (still an event)
-    restarts: int = 0  # connector restarts: a range of records re-delivered byte-identical
+    restarts: int = 0  # connector restarts: a range of records re-delivered (same key and value bytes)
     lags_s: tuple[float, ...] = ()  # one topic per entry produced this many seconds late
     snapshot_replays: int = 0  # topics whose old snapshot is re-sent mid-stream (-1: all)
 
@@ -1134,8 +1134,9 @@ class _Timeline:
         return sorted((it for it in self.items if it.phase == phase), key=lambda it: (it.time_us, it.seq))
 
     def restart(self) -> None:
-        """A connector restart: records since the last flushed offset are produced again, byte
-        for byte, after some downtime; everything later is produced after them."""
+        """A connector restart: records since the last flushed offset are produced again (same
+        keys and values; the new run's context headers) after some downtime; everything later
+        is produced after them."""
         stream = self._ordered("stream")
         if len(stream) < 20:
             return
