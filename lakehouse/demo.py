@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -44,7 +43,8 @@ def run_demo(args: argparse.Namespace) -> int:
     print(f"kafka: {status.describe()}")
 
     truth_dir = lake / "truth" / pipeline.name
-    if getattr(args, "with_postgres", False):
+    with_postgres = bool(getattr(args, "with_postgres", False))
+    if with_postgres:
         dsn = _postgres_workload(args, pipeline, lake, status.bootstrap)
     else:
         _banner(f"2. simulate a Debezium workload (seed {args.seed}, {args.events} changes, chaos {args.chaos})")
@@ -58,15 +58,17 @@ def run_demo(args: argparse.Namespace) -> int:
     spark = build_local_spark(lake, app_name="cdc-enrich-demo")
     ensure_schemas(spark, pipeline)
     stage_args = argparse.Namespace(bootstrap=status.bootstrap, trigger="available_now", lake=str(lake))
-    if getattr(args, "with_postgres", False):
+    if with_postgres:
+        # Drains bronze -> silver -> gold until caught up with the database's LSN (the stage
+        # runs below then have nothing left to read and only print), then compares.
         from lakehouse.verify_postgres import verify_against_postgres
 
-        _banner("3. bronze -> silver -> gold until caught up with the database's LSN, then compared with it")
         pg_report = verify_against_postgres(spark, pipeline, dsn, lake, bootstrap=status.bootstrap, progress=print)
-        print(pg_report.render())
+        if not pipeline.views:  # otherwise shown as step 6
+            print(pg_report.render())
 
     _banner("3. bronze: Kafka -> append-only Delta, malformed records to quarantine")
-    _run(run_stage, "bronze", spark, pipeline, lake, stage_args)  # with PostgreSQL: nothing left to read
+    _run(run_stage, "bronze", spark, pipeline, lake, stage_args)
     rows = [
         (src.name, spark.table(bronze_table(pipeline, src)).count())
         for src in pipeline.sources.values()
@@ -98,8 +100,8 @@ def run_demo(args: argparse.Namespace) -> int:
             cols = ", ".join(c.name for c in view.columns)
             print(show_query(spark, f"SELECT {cols} FROM {gold_table(pipeline, view.name)} ORDER BY 1 LIMIT 5"))
 
-        if getattr(args, "with_postgres", False):
-            _banner("6. verify: gold == the same join run inside PostgreSQL (step 3)")
+        if with_postgres:
+            _banner("6. verify: gold and silver == the same joins and tables inside PostgreSQL")
             print(pg_report.render())
         else:
             _banner("6. verify: gold == SQL join over the source truth")
@@ -111,13 +113,13 @@ def run_demo(args: argparse.Namespace) -> int:
         _banner("7. data quality (great-expectations)")
         _run(run_stage, "quality", spark, pipeline, lake, stage_args)
 
-    verified = pg_report.ok if getattr(args, "with_postgres", False) else (report.ok if pipeline.views else True)
+    verified = pg_report.ok if with_postgres else (report.ok if pipeline.views else True)
     _banner("done" if verified else "done: VERIFY FOUND DIFFERENCES (see above)")
     print(f"demo finished in {time.monotonic() - started:.0f}s. Try:")
     first_view = next(iter(pipeline.views), None)
     if first_view:
         print(f"  .venv/bin/cdc-enrich --lake {lake} sql \"SELECT * FROM {gold_table(pipeline, first_view)} VERSION AS OF 1 LIMIT 5\"")
-    if getattr(args, "with_postgres", False):
+    if with_postgres:
         print(f"  .venv/bin/cdc-enrich --lake {lake} stack down --with-postgres     # stop the demo's broker, PostgreSQL and Connect")
     else:
         print(f"  .venv/bin/cdc-enrich --lake {lake} stack down     # stop the demo's broker")
@@ -133,23 +135,18 @@ def _stop_all(lake: Path) -> None:
     stack.broker_down(lake)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _postgres_workload(args: argparse.Namespace, pipeline: Any, lake: Path, bootstrap: str) -> str:
     """PostgreSQL + Debezium, the initial rows, then `args.events` transactions from two
     connections with the connector SIGKILLed and restarted half-way. Returns the DSN."""
     from lakehouse import connect, pg_workload, postgres
+    from lakehouse.procs import free_port
 
     _banner(f"2. PostgreSQL + Debezium: {args.events} real transactions, the connector killed half-way")
-    pg = postgres.postgres_up(lake, port=_free_port(), database=pipeline.name)
+    pg = postgres.postgres_up(lake, port=free_port(), database=pipeline.name)
     print(f"postgres: {pg.describe()}")
     dsn = postgres.dsn(lake, database=pipeline.name)
     print(pg_workload.seed_database(dsn, pipeline, args.seed).render())
-    rest_port = _free_port()
+    rest_port = free_port()
     print(f"connect: {connect.connect_up(lake, pipeline, bootstrap, dsn, rest_port=rest_port).describe()}")
     connect.wait_until_streaming(dsn, pipeline)
     print("connect: snapshot done, streaming")

@@ -103,6 +103,13 @@ def port_free(port: int) -> bool:
     return True
 
 
+def free_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on right now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((HOST, 0))
+        return int(probe.getsockname()[1])
+
+
 def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     """The last lines of a log, appended to errors because that is where the cause is."""
     try:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import threading
 import time
 from collections import defaultdict
@@ -54,9 +53,9 @@ def _missing_prerequisite() -> str | None:
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    from lakehouse.procs import free_port
+
+    return free_port()
 
 
 @pytest.fixture(scope="module")
