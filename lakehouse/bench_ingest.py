@@ -105,10 +105,16 @@ def bench_ingest(
         result.update(raw_seconds=round(raw_s, 3), raw_events_per_s=round(records / raw_s, 1))
         say(f"bench: raw ceiling {records / raw_s:,.0f} records/s ({raw_s:.1f}s)")
         for parser in parsers:
-            started = time.monotonic()
-            report = run_bronze(spark, bench, lake, bootstrap, max_offsets_per_trigger=max_offsets,
-                                parser=parser, checkpoint=checkpoints / f"bronze_{parser}")
-            took = time.monotonic() - started
+            # Best of two as well, each into its own bronze tables from its own checkpoint, so
+            # neither the raw copy nor the ingest is measured with a cold JVM.
+            took = float("inf")
+            for attempt in (1, 2):
+                target = replace(bench, tables=replace(bench.tables, bronze_schema=f"{bench.tables.bronze_schema}_{parser}{attempt}"))
+                ensure_bronze_tables(spark, target)
+                started = time.monotonic()
+                report = run_bronze(spark, target, lake, bootstrap, max_offsets_per_trigger=max_offsets,
+                                    parser=parser, checkpoint=checkpoints / f"bronze_{parser}{attempt}", progress=progress)
+                took = min(took, time.monotonic() - started)
             result[f"{parser}_seconds"] = round(took, 3)
             result[f"{parser}_events_per_s"] = round(records / took, 1)
             result[f"{parser}_ratio"] = round(raw_s / took, 3)
@@ -132,6 +138,8 @@ def _clean(spark: SparkSession, bench: Pipeline, checkpoints: Path, bootstrap: s
     """Drop what the benchmark made: its schemas (and tables), checkpoints and topics."""
     for schema in bench.tables.schemas():
         spark.sql(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+    for row in spark.sql(f"SHOW SCHEMAS LIKE '{bench.tables.bronze_schema}_*'").collect():
+        spark.sql(f"DROP SCHEMA IF EXISTS {row[0]} CASCADE")
     shutil.rmtree(checkpoints, ignore_errors=True)
     try:
         from confluent_kafka.admin import AdminClient
