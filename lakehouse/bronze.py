@@ -17,12 +17,16 @@ differential test holds the SQL pass to `decode_record` on valid and fuzzed reco
 `parser="python"` sends every record through Python (kept for the benchmark's comparison).
 
 Streams: one streaming query per source (plus one for undeclared topics), each with its own
-checkpoint, started together. The SQL pass is part of each query's plan, so it is built
-once per run instead of through thousands of py4j calls every micro-batch, and concurrent
-queries keep both cores busy (a single query would decode one topic-partition at a time).
+checkpoint, started together, so concurrent queries keep both cores busy (one query would
+decode one topic-partition at a time). Each source's SQL pass is built once per run as
+unresolved columns (`SqlPass`, thousands of py4j calls) and applied to every micro-batch of raw
+Kafka rows (a dozen calls). A batch is decoded and written in one pass, never cached: the
+commit's row count says whether the Python pass has anything to do.
+
 Exactly-once: each table write of a micro-batch carries Delta's `txnAppId` (the query id,
-stable across restarts from the same checkpoint, new for a new checkpoint) and `txnVersion`
-(the batch id), so a batch replayed after a crash writes nothing twice.
+stable across restarts from the same checkpoint, new for a new checkpoint; with `-python` for
+the Python pass's bronze rows, a second write to the same table) and `txnVersion` (the batch
+id), so a batch replayed after a crash writes nothing twice.
 """
 
 from __future__ import annotations
@@ -1096,9 +1100,9 @@ def run_bronze(
 ) -> BronzeReport:
     """Ingest the pipeline's Debezium topics into bronze: one streaming query per source.
 
-    Why one stream per source: each query's SQL pass is planned once when it starts (not
-    rebuilt through py4j every micro-batch), each writes one table, and the queries run
-    concurrently, so a 2-core machine works on two topics at once. A further query reads
+    Why one stream per source: each writes one table with its own SQL pass (built once per
+    run, not through py4j every micro-batch), and the queries run concurrently, so a 2-core
+    machine works on two topics at once. A further query reads
     `<prefix>.<schema>.*` topics no source declares and quarantines them
     (`undeclared_topics=False` skips it, for a connector that captures tables other
     pipelines own). Checkpoints: `<checkpoint>/<source>` (default base:
