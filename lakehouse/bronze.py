@@ -906,21 +906,32 @@ def kafka_stream(
     return reader.load()
 
 
-def _append_counted(spark: SparkSession, rows: DataFrame, table: str, app_id: str, batch_id: int) -> tuple[bool, int]:
-    """`_append`, plus the number of rows the commit wrote (its metrics); (False, 0) when no
-    commit happened (Delta skipped a replayed batch, or there was nothing to write)."""
+def _append_counted(spark: SparkSession, rows: DataFrame, table: str, app_id: str, batch_id: int) -> tuple[bool, int | None]:
+    """`_append`, plus how many rows the commit wrote: (False, 0) when nothing was committed
+    (Delta skipped a replayed batch, or there was nothing to write), (True, None) when the
+    count is not known (no metrics, or the commit is no longer among the last few).
+
+    The commit is found by its `userMetadata` (app id and batch id), not by being the latest:
+    an OPTIMIZE or another writer may commit in between.
+    """
+    tag = f"{app_id}/{batch_id}"
     before = _table_version(spark, table)
     (
         rows.write.format("delta")
         .mode("append")
         .option("txnAppId", app_id)
         .option("txnVersion", batch_id)
+        .option("userMetadata", tag)
         .saveAsTable(table)
     )
-    last = spark.sql(f"DESCRIBE HISTORY {table} LIMIT 1").first()
-    if int(last["version"]) == before:
+    recent = spark.sql(f"DESCRIBE HISTORY {table} LIMIT 20").where(F.col("version") > before).collect()
+    if not recent:
         return False, 0
-    return True, int((last["operationMetrics"] or {}).get("numOutputRows", 0))
+    ours = [r for r in recent if r["userMetadata"] == tag]
+    if not ours:
+        return (True, None) if len(recent) == 20 else (False, 0)
+    written = (ours[0]["operationMetrics"] or {}).get("numOutputRows")
+    return True, None if written is None else int(written)
 
 
 def _append(spark: SparkSession, rows: DataFrame, table: str, app_id: str, batch_id: int, replay_check: bool) -> bool:
@@ -1011,12 +1022,12 @@ class _SourceStream(_Stream):
         table = bronze_table(self.pipeline, self.source)
         wrote_fast, fast_n = _append_counted(spark, bronze_rows(self.source, _fast_rows(decoded)), table, self.app_id, batch_id)
         fast_done = time.monotonic()
-        # No commit: a replay after a crash (the rows are in already) or no fast row at all;
-        # either way the slow path decides what is left.
-        slow_n = total - fast_n if wrote_fast else None
+        # Python's turn unless the commit says every record went in. No commit: a replay after
+        # a crash (the rows are in already) or no fast row at all; the Python pass decides.
+        slow_n = total - fast_n if wrote_fast and fast_n is not None else None
         good_slow = bad_n = 0
         wrote_slow = wrote_bad = True
-        if slow_n is None or slow_n > 0:
+        if slow_n != 0:
             slow = decode_python(self.source, _slow_input(decoded)).persist()
             cached.append(slow)
             counts = {bool(r["ok"]): int(r["count"]) for r in slow.groupBy(F.col("_reason").isNull().alias("ok")).count().collect()}
@@ -1025,7 +1036,8 @@ class _SourceStream(_Stream):
                 wrote_slow = _append(spark, bronze_rows(self.source, slow), table, f"{self.app_id}-python", batch_id, first)
             if bad_n:
                 wrote_bad = _append(spark, quarantine_rows(self.source, slow), quarantine_table(self.pipeline), self.app_id, batch_id, first)
-        rows = (fast_n if wrote_fast else 0) + (good_slow if wrote_slow else 0)
+        fast_rows = (fast_n if fast_n is not None else total - good_slow - bad_n) if wrote_fast else 0
+        rows = fast_rows + (good_slow if wrote_slow else 0)
         quarantined = bad_n if wrote_bad else 0
         replayed = first and not (wrote_fast and wrote_slow and wrote_bad) and rows + quarantined < total
         with self.lock:

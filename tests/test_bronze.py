@@ -261,6 +261,22 @@ def test_replayed_batch_writes_nothing_twice(spark: SparkSession, shop_pipeline:
     batch.unpersist()
 
 
+def test_a_bronze_commit_is_counted_from_its_own_commit(spark: SparkSession, shop_pipeline: Pipeline) -> None:
+    """The row count that decides whether the Python pass runs is this write's (found by its tag), or 0 when skipped."""
+    pipeline = isolated_pipeline(shop_pipeline, "count" + _tag())
+    orders = pipeline.source("orders")
+    records = [(k, v, orders.topic) for k, v in _valid_records(orders, random.Random(5), 7)]
+    bronze.ensure_bronze_tables(spark, pipeline)
+    table = bronze_table(pipeline, orders)
+    rows = bronze.bronze_rows(orders, bronze.parse_source(orders, _kafka_frame(spark, records)))
+
+    assert bronze._append_counted(spark, rows, table, "app-a", 0) == (True, len(records))
+    assert bronze._append_counted(spark, rows, table, "app-a", 0) == (False, 0)  # a replay: skipped
+    assert bronze._append_counted(spark, rows.limit(3), table, "app-b", 0) == (True, 3)
+    assert bronze._append_counted(spark, rows.limit(0), table, "app-c", 0)[1] == 0  # nothing to write
+    assert spark.table(table).count() == len(records) + 3
+
+
 # --------------------------------------------------------------------------- through Kafka
 
 
