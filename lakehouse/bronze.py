@@ -916,14 +916,7 @@ def _append_counted(spark: SparkSession, rows: DataFrame, table: str, app_id: st
     """
     tag = f"{app_id}/{batch_id}"
     before = _table_version(spark, table)
-    (
-        rows.write.format("delta")
-        .mode("append")
-        .option("txnAppId", app_id)
-        .option("txnVersion", batch_id)
-        .option("userMetadata", tag)
-        .saveAsTable(table)
-    )
+    _idempotent_append(rows, table, app_id, batch_id, tag)
     recent = spark.sql(f"DESCRIBE HISTORY {table} LIMIT 20").where(F.col("version") > before).collect()
     if not recent:
         return False, 0
@@ -941,14 +934,16 @@ def _append(spark: SparkSession, rows: DataFrame, table: str, app_id: str, batch
     commit), so only then is the table version compared around the write.
     """
     before = _table_version(spark, table) if replay_check else None
-    (
-        rows.write.format("delta")
-        .mode("append")
-        .option("txnAppId", app_id)
-        .option("txnVersion", batch_id)
-        .saveAsTable(table)
-    )
+    _idempotent_append(rows, table, app_id, batch_id)
     return before is None or _table_version(spark, table) > before
+
+
+def _idempotent_append(rows: DataFrame, table: str, app_id: str, batch_id: int, user_metadata: str | None = None) -> None:
+    """Delta skips an append whose (txnAppId, txnVersion) the table has already committed."""
+    writer = rows.write.format("delta").mode("append").option("txnAppId", app_id).option("txnVersion", batch_id)
+    if user_metadata is not None:
+        writer = writer.option("userMetadata", user_metadata)
+    writer.saveAsTable(table)
 
 
 class _Stream:
