@@ -906,23 +906,24 @@ def kafka_stream(
     return reader.load()
 
 
-def _append_counted(spark: SparkSession, rows: DataFrame, table: str, app_id: str, batch_id: int) -> tuple[bool, int | None]:
+def _append_counted(spark: SparkSession, rows: DataFrame, table: str, app_id: str, batch_id: int, replay_check: bool) -> tuple[bool, int | None]:
     """`_append`, plus how many rows the commit wrote: (False, 0) when nothing was committed
-    (Delta skipped a replayed batch, or there was nothing to write), (True, None) when the
-    count is not known (no metrics, or the commit is no longer among the last few).
+    (with `replay_check`: Delta skipped a replayed batch, or there was nothing to write), and
+    (True, None) when the count is not known (no metrics, or no commit of ours found among the
+    last 20; the caller then treats every record as possibly left over).
 
     The commit is found by its `userMetadata` (app id and batch id), not by being the latest:
-    an OPTIMIZE or another writer may commit in between.
+    an OPTIMIZE or another writer may commit in between. As in `_append`, only a run's first
+    batch can be a replay, so only then is the version before the write read.
     """
     tag = f"{app_id}/{batch_id}"
-    before = _table_version(spark, table)
+    before = _table_version(spark, table) if replay_check else None
     _idempotent_append(rows, table, app_id, batch_id, tag)
-    recent = spark.sql(f"DESCRIBE HISTORY {table} LIMIT 20").where(F.col("version") > before).collect()
-    if not recent:
-        return False, 0
+    history = spark.sql(f"DESCRIBE HISTORY {table} LIMIT 20")
+    recent = (history if before is None else history.where(F.col("version") > before)).collect()
     ours = [r for r in recent if r["userMetadata"] == tag]
     if not ours:
-        return (True, None) if len(recent) == 20 else (False, 0)
+        return (False, 0) if before is not None and len(recent) < 20 else (True, None)
     written = (ours[0]["operationMetrics"] or {}).get("numOutputRows")
     return True, None if written is None else int(written)
 
@@ -1015,7 +1016,7 @@ class _SourceStream(_Stream):
         decoded = self.sql.apply(batch)
         first = self._first_batch
         table = bronze_table(self.pipeline, self.source)
-        wrote_fast, fast_n = _append_counted(spark, bronze_rows(self.source, _fast_rows(decoded)), table, self.app_id, batch_id)
+        wrote_fast, fast_n = _append_counted(spark, bronze_rows(self.source, _fast_rows(decoded)), table, self.app_id, batch_id, first)
         fast_done = time.monotonic()
         # Python's turn unless the commit says every record went in. No commit: a replay after
         # a crash (the rows are in already) or no fast row at all; the Python pass decides.
