@@ -1032,20 +1032,24 @@ class _SourceStream(_Stream):
                 wrote_slow = _append(spark, bronze_rows(self.source, slow), table, f"{self.app_id}-python", batch_id, first)
             if bad_n:
                 wrote_bad = _append(spark, quarantine_rows(self.source, slow), quarantine_table(self.pipeline), self.app_id, batch_id, first)
-        fast_rows = (fast_n if fast_n is not None else total - good_slow - bad_n) if wrote_fast else 0
-        rows = fast_rows + (good_slow if wrote_slow else 0)
+        fast_written = (fast_n if fast_n is not None else total - good_slow - bad_n) if wrote_fast else 0
+        rows = fast_written + (good_slow if wrote_slow else 0)
         quarantined = bad_n if wrote_bad else 0
         replayed = first and not (wrote_fast and wrote_slow and wrote_bad) and rows + quarantined < total
+        note = self._record(total, rows, quarantined, replayed)
+        timing = f"SQL pass + write {fast_done - started:.1f}s, {good_slow + bad_n} by Python {time.monotonic() - fast_done:.1f}s"
+        return f"{total} records, +{rows} rows, +{quarantined} quarantined{note}; {timing}"
+
+    def _record(self, records: int, rows: int, quarantined: int, replayed: bool) -> str:
+        """Count one batch in the run's report; the progress line's note about a replay."""
         with self.lock:
             entry = self.report.tables[self.source.name]
             entry.batches += 1
             entry.rows += rows
             entry.quarantined += quarantined
-            self.report.records += total
+            self.report.records += records
             self.report.replayed_batches += 1 if replayed else 0
-        note = " (replayed batch: Delta had it already, nothing written twice)" if replayed else ""
-        timing = f"SQL pass + write {fast_done - started:.1f}s, {good_slow + bad_n} by Python {time.monotonic() - fast_done:.1f}s"
-        return f"{total} records, +{rows} rows, +{quarantined} quarantined{note}; {timing}"
+        return " (replayed batch: Delta had it already, nothing written twice)" if replayed else ""
 
     def _write_python(self, spark: SparkSession, batch: DataFrame, batch_id: int, cached: list[DataFrame], started: float) -> str:
         """parser="python": every record through `decode_record` (the benchmark's comparison)."""
@@ -1060,15 +1064,7 @@ class _SourceStream(_Stream):
             wrote_rows = _append(spark, bronze_rows(self.source, decoded), bronze_table(self.pipeline, self.source), self.app_id, batch_id, self._first_batch)
         if bad_n:
             wrote_bad = _append(spark, quarantine_rows(self.source, decoded), quarantine_table(self.pipeline), self.app_id, batch_id, self._first_batch)
-        replayed = not (wrote_rows and wrote_bad)
-        with self.lock:
-            entry = self.report.tables[self.source.name]
-            entry.batches += 1
-            entry.rows += good_n if wrote_rows else 0
-            entry.quarantined += bad_n if wrote_bad else 0
-            self.report.records += good_n + bad_n
-            self.report.replayed_batches += 1 if replayed else 0
-        note = " (replayed batch: Delta had it already, nothing written twice)" if replayed else ""
+        note = self._record(good_n + bad_n, good_n if wrote_rows else 0, bad_n if wrote_bad else 0, not (wrote_rows and wrote_bad))
         return f"{good_n + bad_n} records, +{good_n if wrote_rows else 0} rows, +{bad_n if wrote_bad else 0} quarantined{note}; {time.monotonic() - started:.1f}s"
 
 

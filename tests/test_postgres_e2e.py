@@ -24,6 +24,7 @@ from typing import Any, Iterator
 import pytest
 
 from lakehouse.config import Pipeline, parse_pipeline
+from lakehouse.procs import free_port
 
 TRANSACTIONS = int(os.environ.get("CDC_ENRICH_PG_E2E_TRANSACTIONS", "10000"))
 # One extra bronze -> silver -> gold round while the workload is half done (gold maintained
@@ -52,12 +53,6 @@ def _missing_prerequisite() -> str | None:
     return None
 
 
-def _free_port() -> int:
-    from lakehouse.procs import free_port
-
-    return free_port()
-
-
 @pytest.fixture(scope="module")
 def pg_lake(lake: Path) -> Iterator[Path]:
     """A PostgreSQL cluster under the session lake, stopped at the end of the module."""
@@ -66,7 +61,7 @@ def pg_lake(lake: Path) -> Iterator[Path]:
     reason = _missing_prerequisite()
     if reason:
         pytest.skip(reason)
-    postgres_up(lake, port=_free_port())
+    postgres_up(lake, port=free_port())
     yield lake
     postgres_down(lake)
 
@@ -316,7 +311,7 @@ def test_real_debezium_records_have_the_simulators_shapes(pg_lake: Path, kafka_b
     seed_database(pg, pipeline, seed=3)
     connect_lake = pg_lake / "shapes"
     try:
-        first = connect_up(connect_lake, pipeline, kafka_bootstrap, pg, rest_port=_free_port())
+        first = connect_up(connect_lake, pipeline, kafka_bootstrap, pg, rest_port=free_port())
         assert connect_up(connect_lake, pipeline, kafka_bootstrap, pg).pid == first.pid  # idempotent
         wait_until_streaming(pg, pipeline)
         with psycopg.connect(pg, autocommit=True) as conn:
@@ -393,7 +388,7 @@ def test_gold_equals_postgres_with_a_real_connector_restarted_mid_run(
     postgres_up(pg_lake, database="pge2e")
     pg = dsn(pg_lake, database="pge2e")
     seed = seed_database(pg, pipeline, seed=11)
-    rest_port = _free_port()
+    rest_port = free_port()
     try:
         t = time.monotonic()
         connect_up(lake, pipeline, kafka_bootstrap, pg, rest_port=rest_port)
