@@ -35,6 +35,7 @@ import logging
 import re
 import threading
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -42,7 +43,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from pyspark.sql import Column as SqlColumn
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     BooleanType,
@@ -62,7 +63,7 @@ from lakehouse import debezium as dbz
 from lakehouse.config import Column, Pipeline, Source
 from lakehouse.errors import CdcEnrichError
 from lakehouse.paths import checkpoint_dir
-from lakehouse.spark import ensure_schemas
+from lakehouse.spark import ensure_schemas, write_time
 from lakehouse.tables import bronze_schema, bronze_table, quarantine_schema, quarantine_table
 
 log = logging.getLogger("lakehouse.bronze")
@@ -681,7 +682,7 @@ def bronze_rows(source: Source, parsed: DataFrame) -> DataFrame:
     schema = bronze_schema(source)
     values = {c: F.col(c) for c in dbz.DECODED_COLUMNS}
     values["_kafka_ts"] = F.col("_kafka_ts")
-    values["_ingested_at"] = F.current_timestamp()
+    values["_ingested_at"] = write_time()
     good = parsed.where(F.col("_reason").isNull())
     return good.select(*[values[f.name].cast(f.dataType).alias(f.name) for f in schema.fields])
 
@@ -712,7 +713,7 @@ def _to_quarantine(df: DataFrame, *, source: SqlColumn, topic: str, partition: s
     values = {
         "source": source, "topic": F.col(topic), "partition": F.col(partition), "offset": F.col(offset),
         "kafka_ts": F.col(kafka_ts), "raw_key": F.col(raw_key), "raw_value": F.col(raw_value),
-        "reason": reason, "quarantined_at": F.current_timestamp(),
+        "reason": reason, "quarantined_at": write_time(),
     }
     return df.select(*[values[f.name].cast(f.dataType).alias(f.name) for f in quarantine_schema().fields])
 
@@ -906,26 +907,14 @@ def kafka_stream(
     return reader.load()
 
 
-def _append_counted(spark: SparkSession, rows: DataFrame, table: str, app_id: str, batch_id: int, replay_check: bool) -> tuple[bool, int | None]:
-    """`_append`, plus how many rows the commit wrote: (False, 0) when nothing was committed
-    (with `replay_check`: Delta skipped a replayed batch, or there was nothing to write), and
-    (True, None) when the count is not known (no metrics, or no commit of ours found among the
-    last 20; the caller then treats every record as possibly left over).
-
-    The commit is found by its `userMetadata` (app id and batch id), not by being the latest:
-    an OPTIMIZE or another writer may commit in between. As in `_append`, only a run's first
-    batch can be a replay, so only then is the version before the write read.
-    """
-    tag = f"{app_id}/{batch_id}"
-    before = _table_version(spark, table) if replay_check else None
-    _idempotent_append(rows, table, app_id, batch_id, tag)
-    history = spark.sql(f"DESCRIBE HISTORY {table} LIMIT 20")
-    recent = (history if before is None else history.where(F.col("version") > before)).collect()
-    ours = [r for r in recent if r["userMetadata"] == tag]
-    if not ours:
-        return (False, 0) if before is not None and len(recent) < 20 else (True, None)
-    written = (ours[0]["operationMetrics"] or {}).get("numOutputRows")
-    return True, None if written is None else int(written)
+def _observed(observation: Observation) -> dict[str, int] | None:
+    """The metrics an Observation collected, or None when its query did not run (Delta
+    skipped a replayed append without executing it)."""
+    try:
+        metrics = observation.get
+    except Exception:  # noqa: BLE001 - no metrics: py4j raises an AssertionError from the JVM
+        return None
+    return {k: int(v) for k, v in metrics.items()} if metrics else None
 
 
 def _append(spark: SparkSession, rows: DataFrame, table: str, app_id: str, batch_id: int, replay_check: bool) -> bool:
@@ -1003,36 +992,40 @@ class _SourceStream(_Stream):
         """One micro-batch: the SQL pass's rows straight to bronze, then the rest through Python.
 
         The decoded batch is never cached (building the cache cost as much as decoding): the
-        batch arrives as raw Kafka rows, so counting them reads Kafka only; the SQL pass is
-        applied here and its fast rows go to bronze in one decode-and-write pass; the commit's
-        row count tells whether any record was left for Python (rare: then a second pass).
+        SQL pass is applied to the raw Kafka rows and its fast rows go to bronze in one
+        decode-and-write pass, which also counts (an `Observation`) the records and those the
+        pass left for Python; only when there are some does the Python pass run (rare).
         """
         started = time.monotonic()
         if self.sql is None:
             return self._write_python(spark, batch, batch_id, cached, started)
-        total = batch.count()
-        if not total:
-            return ""
-        decoded = self.sql.apply(batch)
         first = self._first_batch
         table = bronze_table(self.pipeline, self.source)
-        wrote_fast, fast_n = _append_counted(spark, bronze_rows(self.source, _fast_rows(decoded)), table, self.app_id, batch_id, first)
+        observation = Observation(f"bronze_{self.source.name}_{batch_id}_{uuid.uuid4().hex[:8]}")
+        decoded = self.sql.apply(batch).observe(
+            observation, F.count(F.lit(1)).alias("records"), F.count_if(~F.col("_fast")).alias("slow")
+        )
+        wrote_fast = _append(spark, bronze_rows(self.source, _fast_rows(decoded)), table, self.app_id, batch_id, first)
+        counts = _observed(observation) if wrote_fast else None
         fast_done = time.monotonic()
-        # Python's turn unless the commit says every record went in. No commit: a replay after
-        # a crash (the rows are in already) or no fast row at all; the Python pass decides.
-        slow_n = total - fast_n if wrote_fast and fast_n is not None else None
+        # No counts: a replay after a crash (Delta had the fast rows already); the Python pass
+        # then decides what is left, and its own idempotent writes skip what it wrote before.
+        total = counts["records"] if counts else batch.count()
+        if not total:
+            return ""
+        slow_n = counts["slow"] if counts else None
         good_slow = bad_n = 0
         wrote_slow = wrote_bad = True
         if slow_n != 0:
-            slow = decode_python(self.source, _slow_input(decoded)).persist()
+            slow = decode_python(self.source, _slow_input(self.sql.apply(batch))).persist()
             cached.append(slow)
-            counts = {bool(r["ok"]): int(r["count"]) for r in slow.groupBy(F.col("_reason").isNull().alias("ok")).count().collect()}
-            good_slow, bad_n = counts.get(True, 0), counts.get(False, 0)
+            tally = {bool(r["ok"]): int(r["count"]) for r in slow.groupBy(F.col("_reason").isNull().alias("ok")).count().collect()}
+            good_slow, bad_n = tally.get(True, 0), tally.get(False, 0)
             if good_slow:
                 wrote_slow = _append(spark, bronze_rows(self.source, slow), table, f"{self.app_id}-python", batch_id, first)
             if bad_n:
                 wrote_bad = _append(spark, quarantine_rows(self.source, slow), quarantine_table(self.pipeline), self.app_id, batch_id, first)
-        fast_written = (fast_n if fast_n is not None else total - good_slow - bad_n) if wrote_fast else 0
+        fast_written = total - good_slow - bad_n if wrote_fast else 0
         rows = fast_written + (good_slow if wrote_slow else 0)
         quarantined = bad_n if wrote_bad else 0
         replayed = first and not (wrote_fast and wrote_slow and wrote_bad) and rows + quarantined < total

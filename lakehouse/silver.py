@@ -108,6 +108,7 @@ from pyspark.sql.types import (
 from lakehouse.config import Pipeline, Source
 from lakehouse.errors import CdcEnrichError
 from lakehouse.paths import checkpoint_dir
+from lakehouse.spark import write_time
 from lakehouse.tables import (
     SEQUENCE_TYPE,
     bronze_table,
@@ -665,7 +666,7 @@ def late_records(classified: DataFrame, source: Source) -> DataFrame:
         F.col("_source_ts").alias("source_ts"),
         F.col("_late_by_ms").alias("late_by_ms"),
         F.col("_late_reason").alias("reason"),
-        F.current_timestamp().alias("recorded_at"),
+        write_time().alias("recorded_at"),
     )
 
 
@@ -991,7 +992,7 @@ def _record_truncates(
         return
     rows = [(source.name, Decimal(s), ts) for s, ts in truncates]
     df = spark.createDataFrame(rows, "source string, sequence decimal(38,0), source_ts timestamp").withColumn(
-        "recorded_at", F.current_timestamp()
+        "recorded_at", write_time()
     )
     _append(df, truncates_table(pipeline), f"{app_id}:truncates", batch_id)
 
@@ -1001,7 +1002,7 @@ def _merge_history(spark: SparkSession, name: str, plan: DataFrame, source: Sour
     for k in [*source.primary_key, "_sequence"]:
         cond = cond & (F.col(f"t.{k}") == F.col(f"s.{k}"))
     cols = [f.name for f in silver_history_schema(source).fields if f.name != "_recorded_at"]
-    values = {c: F.col(f"s.{c}") for c in cols} | {"_recorded_at": F.current_timestamp()}
+    values = {c: F.col(f"s.{c}") for c in cols} | {"_recorded_at": write_time()}
     (
         DeltaTable.forName(spark, name).alias("t")
         .merge(plan.alias("s"), cond)
@@ -1017,7 +1018,7 @@ def _merge_current(spark: SparkSession, name: str, plan: DataFrame, source: Sour
     for k in source.primary_key:
         cond = cond & (F.col(f"t.{k}") == F.col(f"s.{k}"))
     cols = [f.name for f in silver_current_schema(source).fields if f.name != "_updated_at"]
-    values = {c: F.col(f"s.{c}") for c in cols} | {"_updated_at": F.current_timestamp()}
+    values = {c: F.col(f"s.{c}") for c in cols} | {"_updated_at": write_time()}
     replaces = replaces_current(
         F.col("s._sequence"), F.col("s._row_hash"), F.col("s._deleted"),
         F.col("t._sequence"), F.col("t._row_hash"), F.col("t._deleted"),
