@@ -124,7 +124,7 @@ def bench_ingest(
                     ensure_bronze_tables(spark, targets[parser])  # before the clock, as the raw table is
                 started = time.monotonic()
                 report = run_bronze(spark, targets[parser], lake, bootstrap, max_offsets_per_trigger=max_offsets,
-                                    parser=parser, checkpoint=checkpoints / f"bronze_{parser}", progress=progress)
+                                    parser=parser, checkpoint=checkpoints / f"bronze_{parser}")
                 timings[parser] = time.monotonic() - started
                 if report.records != records or report.quarantined:
                     raise CdcEnrichError(f"bench ingest: {parser} read {report.records} of {records} records, "

@@ -299,7 +299,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         if name == "ingest":
             from lakehouse.bench_ingest import bench_ingest
 
-            results[name] = bench_ingest(spark, pipeline, lake, _bootstrap(args, pipeline), events=args.events or 200_000)
+            results[name] = bench_ingest(spark, pipeline, lake, _bootstrap(args, pipeline), events=args.events or 200_000, progress=_say)
         elif name == "silver":
             from lakehouse.bench_silver import bench_silver
 
