@@ -3,12 +3,14 @@
 The ceiling is what this machine can do without parsing: Spark reads the same topics with
 `availableNow` and appends key, value and coordinates to one Delta table. The real ingest
 reads the same topics into the bronze tables and quarantine. Both run in one process on one
-session, side by side, in rounds: a cold round (new streams and tables: start-up, code
-generation and the JVM compiling the generated code, measured at about two thirds of the
-CPU of a 120k-record cold drain) and warm rounds that drain freshly produced records on the
-same checkpoints, as a running ingest does. The warm ratio says what parsing, validation and
-per-table writes cost per record, independently of the machine's speed; the cold ratio says
-what a small drain from a standing start costs. Both are reported.
+session, side by side, in rounds: a cold round (new streams and tables, in a new JVM when run
+from the command line: start-up,
+code generation and the JVM compiling the generated code, whose JIT time was about two thirds
+of the process's CPU time in a 121k-record cold drain) and warm rounds that drain freshly
+produced records with new runs on the same checkpoints and tables, as a scheduled job does.
+The warm ratio says what parsing, validation and per-table writes cost, independently of the
+machine's speed; the cold ratio what a small drain from a standing start costs. Both are
+reported.
 
 Everything the benchmark creates is isolated (its own pipeline name, topic prefix, table
 schemas and checkpoints) and dropped afterwards unless `keep=True`.
@@ -93,9 +95,9 @@ def bench_ingest(
     Round 0 (cold): `events` simulated changes are produced and drained by new streams into
     new tables: this pays start-up, Spark's code generation and the JVM compiling that code,
     a fixed cost that dominates small drains. Then `warm_rounds` times, `events` more changes
-    are produced and drained by the same streams, from their checkpoints: the throughput of an
-    ingest that is running. Raw and ingest run side by side in every round; the best warm
-    round of each counts.
+    are produced and drained by new runs from the same checkpoints into the same tables, in
+    the now warm process. Raw and ingest run side by side in every round; the best warm round
+    of each counts.
 
     Returns `records` (Kafka records of one warm round), the raw ceiling's and each parser's
     seconds and events/s (records per second) for the best warm round, `ratio` = ingest

@@ -20,8 +20,8 @@ Streams: one streaming query per source (plus one for undeclared topics), each w
 checkpoint, started together, so concurrent queries keep both cores busy (one query would
 decode one topic-partition at a time). Each source's SQL pass is built once per run as
 unresolved columns (`SqlPass`, thousands of py4j calls) and applied to every micro-batch of raw
-Kafka rows (a dozen calls). A batch is decoded and written in one pass, never cached: the
-commit's row count says whether the Python pass has anything to do.
+Kafka rows (a dozen calls). A batch is decoded and written in one pass, never cached: counts
+taken during that write (an `Observation`) say whether the Python pass has anything to do.
 
 Exactly-once: each table write of a micro-batch carries Delta's `txnAppId` (the query id,
 stable across restarts from the same checkpoint, new for a new checkpoint; with `-python` for
@@ -924,16 +924,8 @@ def _append(spark: SparkSession, rows: DataFrame, table: str, app_id: str, batch
     commit), so only then is the table version compared around the write.
     """
     before = _table_version(spark, table) if replay_check else None
-    _idempotent_append(rows, table, app_id, batch_id)
+    rows.write.format("delta").mode("append").option("txnAppId", app_id).option("txnVersion", batch_id).saveAsTable(table)
     return before is None or _table_version(spark, table) > before
-
-
-def _idempotent_append(rows: DataFrame, table: str, app_id: str, batch_id: int, user_metadata: str | None = None) -> None:
-    """Delta skips an append whose (txnAppId, txnVersion) the table has already committed."""
-    writer = rows.write.format("delta").mode("append").option("txnAppId", app_id).option("txnVersion", batch_id)
-    if user_metadata is not None:
-        writer = writer.option("userMetadata", user_metadata)
-    writer.saveAsTable(table)
 
 
 class _Stream:
