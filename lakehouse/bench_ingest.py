@@ -3,14 +3,13 @@
 The ceiling is what this machine can do without parsing: Spark reads the same topics with
 `availableNow` and appends key, value and coordinates to one Delta table. The real ingest
 reads the same topics into the bronze tables and quarantine. Both run in one process on one
-session, side by side, in rounds: a cold round (new streams and tables, in a new JVM when run
-from the command line: start-up,
-code generation and the JVM compiling the generated code, whose JIT time was about two thirds
-of the process's CPU time in a 121k-record cold drain) and warm rounds that drain freshly
-produced records with new runs on the same checkpoints and tables, as a scheduled job does.
-The warm ratio says what parsing, validation and per-table writes cost, independently of the
-machine's speed; the cold ratio what a small drain from a standing start costs. Both are
-reported.
+session, side by side, in rounds. A cold round: new streams and tables (from the command line,
+in a new JVM), paying start-up, code generation and the JVM compiling the generated code (its
+JIT time was about two thirds of the process's CPU time in a 121k-record cold drain). Then warm
+rounds drain freshly produced records with new runs on the same checkpoints and tables, as a
+scheduled job does. The warm ratio says what parsing, validation and per-table writes cost,
+independently of the machine's speed; the cold ratio what a small drain from a standing start
+costs. Both are reported.
 
 Everything the benchmark creates is isolated (its own pipeline name, topic prefix, table
 schemas and checkpoints) and dropped afterwards unless `keep=True`.
