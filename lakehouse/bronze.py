@@ -907,6 +907,13 @@ def kafka_stream(
     return reader.load()
 
 
+def counted(decoded: DataFrame, name: str) -> tuple[DataFrame, Observation]:
+    """The SQL pass's rows with an Observation that counts, as they are written, the records
+    (`records`) and those left for the Python pass (`slow`); read it with `_observed`."""
+    observation = Observation(f"{name}_{uuid.uuid4().hex[:8]}")
+    return decoded.observe(observation, F.count(F.lit(1)).alias("records"), F.count_if(~F.col("_fast")).alias("slow")), observation
+
+
 def _observed(observation: Observation) -> dict[str, int] | None:
     """The metrics an Observation collected, or None when its query did not run (Delta
     skipped a replayed append without executing it)."""
@@ -993,10 +1000,7 @@ class _SourceStream(_Stream):
             return self._write_python(spark, batch, batch_id, cached, started)
         first = self._first_batch
         table = bronze_table(self.pipeline, self.source)
-        observation = Observation(f"bronze_{self.source.name}_{batch_id}_{uuid.uuid4().hex[:8]}")
-        decoded = self.sql.apply(batch).observe(
-            observation, F.count(F.lit(1)).alias("records"), F.count_if(~F.col("_fast")).alias("slow")
-        )
+        decoded, observation = counted(self.sql.apply(batch), f"bronze_{self.source.name}_{batch_id}")
         wrote_fast = _append(spark, bronze_rows(self.source, _fast_rows(decoded)), table, self.app_id, batch_id, first)
         counts = _observed(observation) if wrote_fast else None
         fast_done = time.monotonic()

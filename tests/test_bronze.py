@@ -29,8 +29,7 @@ from typing import Any
 
 import pytest
 import yaml
-from pyspark.sql import DataFrame, Observation, SparkSession
-from pyspark.sql import functions as F
+from pyspark.sql import DataFrame, SparkSession
 
 from lakehouse import bronze
 from lakehouse.bench_ingest import isolated_pipeline
@@ -275,10 +274,7 @@ def test_the_fast_write_counts_the_records_and_those_left_for_python(spark: Spar
     kafka = _kafka_frame(spark, records)
 
     def write(batch_id: int, replay_check: bool) -> dict[str, int] | None:
-        observation = Observation(f"count_{_tag()}")
-        decoded = bronze.sql_pass(orders).apply(kafka).observe(
-            observation, F.count(F.lit(1)).alias("records"), F.count_if(~F.col("_fast")).alias("slow")
-        )
+        decoded, observation = bronze.counted(bronze.sql_pass(orders).apply(kafka), "count")
         wrote = bronze._append(spark, bronze.bronze_rows(orders, bronze._fast_rows(decoded)), table, "app-a", batch_id, replay_check)
         return bronze._observed(observation) if wrote else None
 
