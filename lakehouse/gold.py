@@ -20,14 +20,18 @@ touches (startingVersion 0, one checkpoint per view). Each micro-batch, inside f
 2. **Affected base keys**: the base table's changed keys directly; for any other alias, its
    changed keys are walked back through the subscription tables hop by hop (a customer change
    finds orders through `_sub_orders__customer`, then order items through
-   `_sub_order_items__order`); a primary-key join maps keys 1:1.
+   `_sub_order_items__order`); a primary-key join maps keys 1:1. Keys are gathered per alias
+   from the leaves towards the base, so each relation is looked up once per batch (changed
+   orders and the orders of changed customers share one scan of `_sub_order_items__order`).
 3. **Recompute** the view's join for exactly those keys from silver current (live rows): the same
    left-deep join the SQL oracle runs, restricted to a few base keys.
 4. **MERGE into gold**: insert new rows, update a row only when its content (`_row_hash`) or its
    lineage hashes differ, delete a row only when its key is affected, present in gold, and no
    longer in the join. The MERGE source carries explicit delete markers for affected keys that
    left the join (never `NOT MATCHED BY SOURCE`), so a delete of an absent row cannot happen and
-   the gold change feed carries only real changes.
+   the gold change feed carries only real changes. When the gold table holds no file yet (a new
+   view, a rebuild), steps 2-4 are one append of the whole view instead: there is nothing to
+   diff against, and the first batch carries every source row anyway.
 
 Why recomputing from current silver (instead of shipping values through the subscription store
 as KIP-213 does) converges for any arrival order: a change committed to silver is delivered by
