@@ -90,6 +90,10 @@ MERGE_MATERIALIZE_SOURCE = "spark.databricks.delta.merge.materializeSource"
 #: Up to this many affected keys, MERGE and lookups also get a literal `IN (...)` on the first key
 #: column: Delta prunes files by statistics only for literal predicates, not for joins.
 LITERAL_KEY_LIMIT = 1000
+#: Up to this many rows, a MERGE's source is broadcast: the join then streams the target's files
+#: past it instead of shuffling every target row (measured: a 4k-row gold MERGE into 1M rows
+#: 5.1-6.5 s as a shuffle join, 3.5-4.2 s broadcast).
+BROADCAST_ROW_LIMIT = 200_000
 ROW_HASH = "_row_hash"
 JOIN_TYPES = {"inner": "inner", "left": "left", "outer": "full"}
 
@@ -832,8 +836,11 @@ def _maintain_subscriptions(
         table = subscription_table(pipeline, left, fk.name)
         # computed once (MERGE then reads it twice without copying it first)
         updates = subscription_updates(changes[left.name], left, fk).localCheckpoint(eager=True)
-        if updates.isEmpty():
+        rows = updates.count()
+        if rows == 0:
             continue
+        if rows <= BROADCAST_ROW_LIMIT:
+            updates = F.broadcast(updates)
         metrics = merge_subscriptions(session, table, updates, left, fk, app_id(table) if app_id else None, version)
         written += metrics["inserted"] + metrics["updated"] + metrics["deleted"]
     return written, time.monotonic() - started
@@ -891,6 +898,8 @@ def _refresh_gold(
         result = join_view(plan, live, keys, base_live=base_current.where(~F.col("_deleted")))
         # computed once: MERGE reads its source twice (find touched files, then write)
         source = gold_merge_source(plan, keys, result, base_current).localCheckpoint(eager=True)
+        if count <= BROADCAST_ROW_LIMIT:  # one source row per affected key
+            source = F.broadcast(source)
         lap("recompute")
         stats.update(
             merge_into_gold(session, target, plan, source, first_values, app_id(target) if app_id else None, version)
