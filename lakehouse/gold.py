@@ -71,10 +71,9 @@ from __future__ import annotations
 
 import threading
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
@@ -82,11 +81,8 @@ from pyspark.sql.types import StringType, StructField, StructType
 
 from lakehouse.config import ForeignKey, Join, Pipeline, Source, View
 from lakehouse.paths import checkpoint_dir
-from lakehouse.tables import SEQUENCE_TYPE, gold_table, silver_current_table, spark_type, subscription_table
+from lakehouse.tables import SEQUENCE_TYPE, delta_txn, gold_table, silver_current_table, spark_type, subscription_table
 
-TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
-TXN_VERSION = "spark.databricks.delta.write.txnVersion"
-MERGE_MATERIALIZE_SOURCE = "spark.databricks.delta.merge.materializeSource"
 #: Up to this many affected keys, MERGE and lookups also get a literal `IN (...)` on the first key
 #: column: Delta prunes files by statistics only for literal predicates, not for joins.
 LITERAL_KEY_LIMIT = 1000
@@ -472,27 +468,6 @@ def _q(name: str) -> str:
     return f"`{name}`"
 
 
-@contextmanager
-def idempotent_write(session: SparkSession, app_id: str | None, version: int | None) -> Iterator[None]:
-    """Delta skips a write whose (txnAppId, txnVersion) it has already committed: replays are no-ops.
-
-    Also tells MERGE not to copy its source first: every MERGE source here is a
-    `localCheckpoint`, already computed and deterministic, so the copy would only cost a job.
-    """
-    tagged = app_id is not None and version is not None
-    if tagged:
-        session.conf.set(TXN_APP_ID, str(app_id))
-        session.conf.set(TXN_VERSION, str(version))
-    session.conf.set(MERGE_MATERIALIZE_SOURCE, "none")
-    try:
-        yield
-    finally:
-        session.conf.unset(MERGE_MATERIALIZE_SOURCE)
-        if tagged:
-            session.conf.unset(TXN_APP_ID)
-            session.conf.unset(TXN_VERSION)
-
-
 def _metrics(result: DataFrame) -> dict[str, int]:
     rows = result.collect()
     if not rows:  # skipped by txnAppId/txnVersion: already applied
@@ -574,7 +549,7 @@ def merge_subscriptions(
         .whenMatchedUpdate(condition="NOT s._remove AND s._sequence > t._sequence", set=values)
         .whenNotMatchedInsert(condition="NOT s._remove", values=values)
     )
-    with idempotent_write(session, app_id, version):
+    with delta_txn(session, app_id, version):
         return _retry_on_conflict(lambda: _metrics(merge.execute()))
 
 
@@ -613,7 +588,7 @@ def merge_into_gold(
         .whenMatchedUpdate(condition=f"s._present AND {guard} AND ({changed})", set=values)
         .whenNotMatchedInsert(condition="s._present", values=values)
     )
-    with idempotent_write(session, app_id, version):
+    with delta_txn(session, app_id, version):
         return _metrics(merge.execute())
 
 
@@ -922,9 +897,10 @@ def append_to_empty_gold(
 ) -> int:
     """Write the whole view into its empty gold table as one append; returns the rows written.
 
-    What a MERGE of every key would write, at the cost of a plain recompute (the first batch of
-    a new view carries every source row: walking it through the subscriptions and MERGEing
-    into an empty table cost 8x as much on the 1M-row bench). Its change feed holds one insert
+    What a MERGE of every key would write, at the cost of a plain recompute: the first batch of
+    a new view carries every source row, and walking them all through the subscriptions into a
+    MERGE is the slow way to fill a table (the 1M-row bench's first batch: 54 s that way, 33-37 s
+    now, most of it the subscription tables' own first MERGEs). Its change feed holds one insert
     per row, as the MERGE's would. Only the view's own stream writes its gold table, so nothing
     else can fill it between the emptiness check and this append; a replayed batch is skipped
     by its transaction tag.
@@ -935,7 +911,7 @@ def append_to_empty_gold(
     table = DeltaTable.forName(session, target)
     before = table.history(1).first()["version"]
     rows = join_view(plan, {s.name: live_rows(session, pipeline, s) for s in plan.sources})
-    with idempotent_write(session, app_id, version):
+    with delta_txn(session, app_id, version):
         rows.select(*plan.gold_columns).write.format("delta").mode("append").saveAsTable(target)
     last = table.history(1).first()
     if last["version"] == before:  # skipped: this batch's append had already committed

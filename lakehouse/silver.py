@@ -85,12 +85,11 @@ import logging
 import threading
 import time
 import uuid
-from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Sequence
 
 from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, SparkSession, Window
@@ -111,6 +110,7 @@ from lakehouse.paths import checkpoint_dir
 from lakehouse.spark import write_time
 from lakehouse.tables import (
     SEQUENCE_TYPE,
+    delta_txn,
     bronze_table,
     key_struct,
     late_changes_table,
@@ -120,9 +120,6 @@ from lakehouse.tables import (
     silver_current_schema,
 )
 
-TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
-TXN_VERSION = "spark.databricks.delta.write.txnVersion"
-MERGE_MATERIALIZE_SOURCE = "spark.databricks.delta.merge.materializeSource"
 COMPACTED_BEFORE_PROPERTY = "cdc_enrich.history.compactedBeforeMs"
 CHANGE_OPS = ("r", "c", "u", "d")
 TRUNCATE_OP = "t"
@@ -768,24 +765,6 @@ def compacted_before(spark: SparkSession, pipeline: Pipeline, source: Source) ->
     if value is None or not str(value).lstrip("-").isdigit():
         return None
     return datetime.fromtimestamp(int(value) / 1000)  # naive local, as PySpark returns timestamps
-
-
-@contextmanager
-def delta_txn(spark: SparkSession, app_id: str, version: int) -> Iterator[None]:
-    """Tag the Delta writes inside with (appId, version): a replay with the same pair is skipped.
-
-    Also tells MERGE not to copy its source first: our sources are materialized plans
-    (`localCheckpoint`), already deterministic, so the copy would be one more job per write.
-    """
-    spark.conf.set(TXN_APP_ID, app_id)
-    spark.conf.set(TXN_VERSION, str(version))
-    spark.conf.set(MERGE_MATERIALIZE_SOURCE, "none")
-    try:
-        yield
-    finally:
-        spark.conf.unset(TXN_APP_ID)
-        spark.conf.unset(TXN_VERSION)
-        spark.conf.unset(MERGE_MATERIALIZE_SOURCE)
 
 
 # --------------------------------------------------------------------------- the batch (side effects)

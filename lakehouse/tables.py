@@ -10,6 +10,10 @@ Sequence: one comparable `decimal(38,0)` per change, built from the source's rul
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+from typing import Iterator
+
+from pyspark.sql import SparkSession
 from pyspark.sql.types import (
     BinaryType,
     BooleanType,
@@ -167,3 +171,30 @@ def gold_table(pipeline: Pipeline, view_name: str) -> str:
 
 def quality_results_table(pipeline: Pipeline) -> str:
     return pipeline.tables.qualified("quality", "expectation_results")
+
+
+TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
+TXN_VERSION = "spark.databricks.delta.write.txnVersion"
+MERGE_MATERIALIZE_SOURCE = "spark.databricks.delta.merge.materializeSource"
+
+
+@contextmanager
+def delta_txn(spark: SparkSession, app_id: str | None, version: int | None) -> Iterator[None]:
+    """Tag the Delta writes inside with (appId, version): a replay with the same pair is skipped
+    (untagged when either is None, as in tests that call a stage's function directly).
+
+    Also tells MERGE not to copy its source first: every MERGE source of silver and gold is
+    computed once (`localCheckpoint`) and deterministic, so the copy would be one more job.
+    """
+    tagged = app_id is not None and version is not None
+    if tagged:
+        spark.conf.set(TXN_APP_ID, str(app_id))
+        spark.conf.set(TXN_VERSION, str(version))
+    spark.conf.set(MERGE_MATERIALIZE_SOURCE, "none")
+    try:
+        yield
+    finally:
+        spark.conf.unset(MERGE_MATERIALIZE_SOURCE)
+        if tagged:
+            spark.conf.unset(TXN_APP_ID)
+            spark.conf.unset(TXN_VERSION)
