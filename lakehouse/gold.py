@@ -248,6 +248,7 @@ def content_hash(columns: Sequence[Column]) -> Column:
 
 
 _HASH_SEEDS = ("cdc-enrich/a", "cdc-enrich/b")
+HASH_LENGTH = 16 * len(_HASH_SEEDS)
 
 
 def latest_changes(changes: DataFrame, key: Sequence[str]) -> DataFrame:
@@ -514,6 +515,14 @@ def ensure_gold_table(spark: SparkSession, pipeline: Pipeline, plan: ViewPlan) -
             raise ValueError(
                 f"{name} has columns {have} but view {plan.view.name!r} now declares {list(plan.gold_columns)}; "
                 f"drop the table and its checkpoint (gold_{plan.view.name}) to rebuild it"
+            )
+        # one row says it: a table is built by one version and a mixed one is refused here
+        old = [r for r in spark.table(name).select(ROW_HASH).limit(1).collect() if r[0] is not None and len(r[0]) != HASH_LENGTH]
+        if old:
+            raise ValueError(
+                f"{name} holds rows hashed by an earlier version of cdc-enrich ({len(old[0][0])}-character "
+                f"hashes, now {HASH_LENGTH}): every row would be rewritten once and `verify` would report them "
+                f"stale; drop the table and its checkpoint (gold_{plan.view.name}) to rebuild it"
             )
         return name
     _create_table(spark, name, plan.gold_schema(), plan.key_columns, cdf=True)

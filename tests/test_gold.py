@@ -17,6 +17,7 @@ from pyspark.sql import functions as F
 
 from lakehouse.config import Pipeline, parse_pipeline
 from lakehouse.gold import (
+    ROW_HASH,
     affected_base_keys,
     ensure_gold_table,
     gold_merge_source,
@@ -221,6 +222,19 @@ def test_a_gold_row_is_never_replaced_by_one_built_from_an_older_base_version(sp
     assert (row["status"], row["_orders_seq"]) == ("shipped", 20)
     assert merge_into_gold(spark, table, plan, built_from("delivered", 30))["updated"] == 1
     assert merge_into_gold(spark, table, plan, built_from(None, 40))["deleted"] == 1
+
+
+def test_a_gold_table_hashed_by_an_earlier_version_is_refused_with_what_to_do(spark, shop_pipeline: Pipeline):
+    """Rows hashed the old way would all look changed: say so before any job writes, not after."""
+    pipeline = variant(shop_pipeline)
+    spark.sql(f"CREATE SCHEMA IF NOT EXISTS {pipeline.tables.gold_schema}")
+    plan = view_plan(pipeline, "orders_enriched")
+    table = ensure_gold_table(spark, pipeline, plan)
+    assert ensure_gold_table(spark, pipeline, plan) == table  # an empty table, or rows of today's hash: fine
+    old_row = {c: None for c in plan.gold_columns} | {"order_id": 1, ROW_HASH: "ab" * 32}  # a sha256 in hex
+    spark.createDataFrame([old_row], plan.gold_schema()).write.format("delta").mode("append").saveAsTable(table)
+    with pytest.raises(ValueError, match=r"64-character hashes, now 32.*drop the table and its checkpoint"):
+        ensure_gold_table(spark, pipeline, plan)
 
 
 def test_gold_change_feed_carries_only_real_changes(spark, lake: Path, shop_pipeline: Pipeline):
