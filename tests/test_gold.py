@@ -416,3 +416,16 @@ def test_end_to_end_through_the_silver_stage(spark, lake: Path, shop_pipeline: P
     assert report.ok, report.render()
     items = [(r["order_id"], r["customer_name"], r["product_title"]) for r in spark.table(gold_table(pipeline, "order_items_enriched")).collect()]
     assert items == [(10, "Ann", "lamp")]
+
+
+def test_bench_gold_smoke(spark, lake: Path, shop_pipeline: Pipeline):
+    """The gold benchmark runs end to end on a small view: figures present, gold equal to the recompute."""
+    from lakehouse.bench_gold import bench_gold
+
+    result = bench_gold(spark, shop_pipeline, lake / "bench", fact_rows=2000, fractions=(0.05,))
+    assert result["gold_equals_full_recompute"] is True
+    (run,) = result["runs"]
+    assert run["affected_keys"] > 0 and run["incremental_s"] > 0 and run["full_recompute_s"] > 0
+    touched, total = run["gold_files_touched"].split(" of ")
+    assert 0 < int(touched) <= int(total)
+    assert all(size["rows"] > 0 for size in result["subscriptions"].values())
