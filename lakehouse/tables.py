@@ -4,6 +4,8 @@ Each layer's columns are fixed here, derived from a source's declaration, so the
 be built, tested and evolved independently. Metadata columns start with an underscore so
 they never clash with a source's own columns.
 
+Writes: `delta_txn` tags every stage's Delta writes so that a replayed micro-batch is skipped.
+
 Sequence: one comparable `decimal(38,0)` per change, built from the source's rule
 (see `lakehouse.sequence`). Per key, the greatest sequence is current; equal means duplicate.
 """
