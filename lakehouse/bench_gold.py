@@ -26,7 +26,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from lakehouse.config import Pipeline, Source
-from lakehouse.gold import full_recompute, run_gold, subscription_sizes, view_plan
+from lakehouse.gold import full_recompute, num_files, run_gold, subscription_sizes, view_plan
 from lakehouse.oracle import apply_silver_changes, changes_schema, create_silver_current
 from lakehouse.paths import checkpoint_dir
 from lakehouse.tables import gold_table, silver_current_schema, silver_current_table, subscription_table
@@ -132,17 +132,13 @@ def _lookup_seconds(spark: SparkSession, table: str, fk_column: str, parents: in
     import random
 
     values = random.Random(7).sample(range(parents), min(100, parents))
-    files = int(spark.sql(f"DESCRIBE DETAIL {table}").collect()[0]["numFiles"])
+    files = num_files(spark, table)
     best = float("inf")
     for _ in range(3):
         started = time.monotonic()
         spark.table(table).where(F.col(fk_column).isin(values)).count()
         best = min(best, time.monotonic() - started)
     return {"files": files, "lookup_100_parents_s": round(best, 3)}
-
-
-def _num_files(spark: SparkSession, table: str) -> int:
-    return int(spark.sql(f"DESCRIBE DETAIL {table}").first()["numFiles"])
 
 
 def _files_touched_by_last_merge(spark: SparkSession, table: str) -> int:
@@ -212,7 +208,7 @@ def bench_gold(
             changed[source.name] = df.count()
             apply_silver_changes(spark, bench, source, df)
             df.unpersist()
-        gold_files = _num_files(spark, gold_table(bench, name))
+        gold_files = num_files(spark, gold_table(bench, name))
         started = time.monotonic()
         report = run_gold(spark, bench, lake, views=[name]).views[name]
         incremental = time.monotonic() - started

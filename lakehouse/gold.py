@@ -621,12 +621,11 @@ def live_rows(session: SparkSession, pipeline: Pipeline, source: Source) -> Data
 
 
 def _collect_small(df: DataFrame, limit: int = LITERAL_KEY_LIMIT) -> tuple[int, list[Any] | None]:
-    """Count keys (evaluated once, into `df`'s cache); when few, also return their first
-    column's distinct values for literal pruning."""
-    count = df.count()
-    if count > limit:
-        return count, None
-    return count, sorted({r[0] for r in df.select(df.columns[0]).distinct().collect() if r[0] is not None})
+    """Count keys; when few, also return their first column's distinct values for literal pruning."""
+    rows = df.limit(limit + 1).collect()
+    if len(rows) <= limit:
+        return len(rows), sorted({r[0] for r in rows if r[0] is not None})
+    return df.count(), None
 
 
 # --------------------------------------------------------------------------- the streaming runner
@@ -738,6 +737,7 @@ class _ViewMaintainer:
         self.progress = progress
         self.query_id: str | None = None
         self.ready = threading.Event()
+        self.run_a_batch = False  # after one batch, gold is known filled (or the MERGE path fills it)
 
     def app_id(self, target: str) -> str:
         return f"cdc-enrich/{self.pipeline.name}/gold_{self.plan.view.name}/{self.query_id}/{target}"
@@ -759,7 +759,9 @@ class _ViewMaintainer:
                 decode_changes(self.plan, batch, list(counts)),
                 app_id=self.app_id,
                 version=batch_id,
+                gold_may_be_empty=not self.run_a_batch,
             )
+            self.run_a_batch = True
         finally:
             batch.unpersist()
         run = self.run
@@ -788,16 +790,19 @@ def process_changes(
     changes: Mapping[str, DataFrame],
     app_id: Callable[[str], str] | None = None,
     version: int | None = None,
+    gold_may_be_empty: bool = True,
 ) -> dict[str, Any]:
     """Maintain one view for one batch of silver change rows (per source, flat columns).
 
     Callable without a stream: tests hand it change rows directly. `stats["phases"]` holds
     seconds per phase (subscriptions, keys, recompute, merge) for progress lines and the
     benchmark. Subscriptions first, so a right change in the same batch already finds the
-    left rows that moved to it.
+    left rows that moved to it. `gold_may_be_empty=False` skips the emptiness check (a
+    metadata query) that picks the whole-view append over the MERGE: the stream passes it once
+    its first batch has run, since the MERGE path is right on any table, only slower to fill one.
     """
     written, sub_seconds = _maintain_subscriptions(session, pipeline, plan, changes, app_id, version)
-    stats = _refresh_gold(session, pipeline, plan, changes, app_id, version)
+    stats = _refresh_gold(session, pipeline, plan, changes, app_id, version, gold_may_be_empty)
     stats["subscriptions_written"] = written
     stats["phases"]["subscriptions"] = sub_seconds
     return stats
@@ -837,6 +842,7 @@ def _refresh_gold(
     changes: Mapping[str, DataFrame],
     app_id: Callable[[str], str] | None,
     version: int | None,
+    gold_may_be_empty: bool,
 ) -> dict[str, Any]:
     """Affected base keys, their rows recomputed from silver current, MERGEd into gold."""
     phases: dict[str, float] = {}
@@ -850,7 +856,7 @@ def _refresh_gold(
 
     stats: dict[str, Any] = {"affected_keys": 0, "inserted": 0, "updated": 0, "deleted": 0, "phases": phases}
     target = gold_table(pipeline, plan.view.name)
-    if _has_no_files(session, target):
+    if gold_may_be_empty and num_files(session, target) == 0:
         # Nothing to diff against (a first run, a rebuild): the whole view, appended, is gold.
         inserted = append_to_empty_gold(session, pipeline, plan, app_id(target) if app_id else None, version)
         stats.update(affected_keys=inserted, inserted=inserted)
@@ -894,11 +900,9 @@ def _refresh_gold(
     return stats
 
 
-def _has_no_files(session: SparkSession, table: str) -> bool:
-    """Whether a Delta table holds no data file (metadata only, no scan)."""
-    from delta.tables import DeltaTable
-
-    return int(DeltaTable.forName(session, table).detail().first()["numFiles"]) == 0
+def num_files(spark: SparkSession, table: str) -> int:
+    """How many data files a Delta table holds (metadata only, no scan)."""
+    return int(spark.sql(f"DESCRIBE DETAIL {table}").first()["numFiles"])
 
 
 def append_to_empty_gold(
@@ -919,9 +923,8 @@ def append_to_empty_gold(
     target = gold_table(pipeline, plan.view.name)
     table = DeltaTable.forName(session, target)
     before = table.history(1).first()["version"]
-    rows = join_view(plan, {s.name: live_rows(session, pipeline, s) for s in plan.sources})
     with delta_txn(session, app_id, version):
-        rows.select(*plan.gold_columns).write.format("delta").mode("append").saveAsTable(target)
+        full_recompute(session, pipeline, plan.view.name).write.format("delta").mode("append").saveAsTable(target)
     last = table.history(1).first()
     if last["version"] == before:  # skipped: this batch's append had already committed
         return 0
