@@ -169,8 +169,16 @@ def _no_null_elements(array: SqlColumn) -> SqlColumn:
     return F.coalesce(F.forall(array, lambda x: x.isNotNull()), F.lit(True))
 
 
-def _wrapped(doc: SqlColumn) -> SqlColumn:
-    return _v(doc, "$.schema").isNotNull() & _v(doc, "$.payload").isNotNull()
+def _member(doc: SqlColumn, text: SqlColumn, name: str, path: str = "") -> SqlColumn:
+    """`_v(doc, "$.<name><path>")` of a document parsed from `text`, looked up only when the
+    text holds `"<name>"`: a path Spark's variant_get does not find costs it a thrown
+    exception (a third of the SQL pass's CPU when every bare key was probed for "schema").
+    Exact: `_json_text` admits no \\u escapes, and no other escape spells a letter."""
+    return F.when(text.contains(f'"{name}"'), _v(doc, f"$.{name}{path}"))
+
+
+def _wrapped(doc: SqlColumn, text: SqlColumn) -> SqlColumn:
+    return _member(doc, text, "schema").isNotNull() & _member(doc, text, "payload").isNotNull()
 
 
 @dataclass
@@ -413,15 +421,37 @@ def decode_sql(source: Source, kafka: DataFrame) -> DataFrame:
     return sql_pass(source, headers=HEADERS in kafka.columns).apply(kafka)
 
 
+_SQL_PASSES: dict[tuple[Source, bool, int], SqlPass] = {}
+_SQL_PASSES_LOCK = threading.Lock()
+
+
 def sql_pass(source: Source, headers: bool = True) -> SqlPass:
-    """Build `decode_sql`'s projections for `source` (Kafka rows with or without `headers`)."""
+    """`decode_sql`'s projections for `source` (Kafka rows with or without `headers`).
+
+    Built once per source and JVM, then reused by every run in the process (a scheduled
+    stream's restarts, `cdc-enrich run`'s cycles): the build is thousands of py4j calls.
+    """
+    from pyspark import SparkContext
+
+    key = (source, headers, id(SparkContext._gateway))
+    with _SQL_PASSES_LOCK:
+        cached = _SQL_PASSES.get(key)
+    if cached is None:
+        cached = _build_sql_pass(source, headers)
+        with _SQL_PASSES_LOCK:
+            _SQL_PASSES[key] = cached
+    return cached
+
+
+def _build_sql_pass(source: Source, headers: bool) -> SqlPass:
     st = _Staging()
     st.levels.append((_old_key_header(headers).alias("_old_key_header"),))
     images = ("before", "after")
     # 1. parse: the value with a typed schema (one pass), the small key as VARIANT
     value_text = st.put(_json_text(F.col("value")))
-    kdoc = st.put(F.try_parse_json(_json_text(F.col("key"))))
+    key_text = st.put(_json_text(F.col("key")))
     st.flush()
+    kdoc = st.put(F.try_parse_json(key_text))
     parsed = st.put(F.from_json(value_text, _value_schema(source), _JSON_OPTIONS))
     # from_json reads the first JSON value only; Python rejects trailing data, so must we
     single_value = st.put(_true(F.json_array_length(F.concat(F.lit("["), value_text, F.lit("]"))) == F.lit(1)))
@@ -432,8 +462,9 @@ def sql_pass(source: Source, headers: bool = True) -> SqlPass:
     env = st.put(F.when(wrapped, parsed["payload"]).otherwise(top_level))
     vhints = st.put(F.when(wrapped, parsed["schema"]["fields"]))
     header_ok = st.put(value_text.isNotNull() & parsed["__corrupt"].isNull() & single_value)
-    kenv = st.put(F.when(_wrapped(kdoc), _v(kdoc, "$.payload")).otherwise(kdoc))
-    khints = st.put(F.when(_wrapped(kdoc), F.try_variant_get(kdoc, "$.schema.fields", _KEY_SCHEMA_TYPE)))
+    key_wrapped = _wrapped(kdoc, key_text)
+    kenv = st.put(F.when(key_wrapped, _v(kdoc, "$.payload")).otherwise(kdoc))
+    khints = st.put(F.when(key_wrapped, F.try_variant_get(kdoc, "$.schema.fields", _KEY_SCHEMA_TYPE)))
     st.flush()
     # 3. extract
     key_vars = {k: st.put(_v(kenv, f"$.{k}")) for k in source.primary_key}
@@ -927,12 +958,32 @@ def _observed(observation: Observation) -> dict[str, int] | None:
 def _append(spark: SparkSession, rows: DataFrame, table: str, app_id: str, batch_id: int, replay_check: bool) -> bool:
     """Append with Delta's idempotent-writer options; False when Delta skipped it as already written.
 
-    Only the first batch of a run can be a replay (of the batch the previous run did not
-    commit), so only then is the table version compared around the write.
+    Only a batch the previous run planned but did not commit can be a replay
+    (`uncommitted_batch`), so only then is the table version compared around the write.
     """
     before = _table_version(spark, table) if replay_check else None
     rows.write.format("delta").mode("append").option("txnAppId", app_id).option("txnVersion", batch_id).saveAsTable(table)
     return before is None or _table_version(spark, table) > before
+
+
+def _batch_ids(folder: Path) -> set[int]:
+    """The batch ids a streaming checkpoint's `offsets` or `commits` folder holds (its files
+    are named by id; Hadoop's hidden `.N.crc` and temporary files are not ids)."""
+    try:
+        return {int(p.name) for p in folder.iterdir() if p.name.isdigit()}
+    except FileNotFoundError:
+        return set()
+
+
+def uncommitted_batch(checkpoint: Path) -> int | None:
+    """The batch a stream's previous run planned but did not commit, which its next run
+    replays first (Spark's offset log is written before a batch runs, its commit log after);
+    None when every planned batch was committed, as after a clean stop."""
+    planned = _batch_ids(checkpoint / "offsets")
+    if not planned:
+        return None
+    last = max(planned)
+    return None if last in _batch_ids(checkpoint / "commits") else last
 
 
 class _Stream:
@@ -947,17 +998,21 @@ class _Stream:
         self.say = say
         self.app_id: str | None = None
         self._bound = threading.Event()
-        self._first_batch = True
+        self._replayable: int | None = None
 
     def bind(self, query_id: str) -> None:
         """The txnAppId: the query id, kept in the checkpoint (a new checkpoint gets a new one)."""
         self.app_id = f"cdc-enrich-bronze-{query_id}"
         self._bound.set()
 
-    def reset(self) -> None:
-        """Before a (re)start: unbound, and the next batch may be a replay."""
+    def reset(self, replayable: int | None) -> None:
+        """Before a (re)start: unbound; `replayable` is the batch id the previous run left
+        uncommitted (the only one this run can replay), or None."""
         self._bound.clear()
-        self._first_batch = True
+        self._replayable = replayable
+
+    def may_replay(self, batch_id: int) -> bool:
+        return batch_id == self._replayable
 
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
         if not self._bound.wait(timeout=300):
@@ -969,7 +1024,6 @@ class _Stream:
         finally:
             for df in cached:
                 df.unpersist()
-        self._first_batch = False
         if summary:
             self.say(f"bronze {self.pipeline.name}/{self.name} batch {batch_id}: {summary} ({time.monotonic() - started:.1f}s)")
 
@@ -987,8 +1041,13 @@ class _SourceStream(_Stream):
         self.name = source.name
         self.sql = sql_pass(source) if parser == "hybrid" else None
 
+    def frame(self, kafka: DataFrame) -> DataFrame:
+        """What the query feeds `write`: the SQL pass over the Kafka stream (analysed once, when
+        the query starts, rather than for every micro-batch), or the raw records for Python."""
+        return kafka if self.sql is None else self.sql.apply(kafka)
+
     def write(self, spark: SparkSession, batch: DataFrame, batch_id: int, cached: list[DataFrame]) -> str:
-        """One micro-batch: the SQL pass's rows straight to bronze, then the rest through Python.
+        """One micro-batch (SQL-decoded): fast rows straight to bronze, then the rest through Python.
 
         The decoded batch is never cached (building the cache cost as much as decoding): the
         SQL pass is applied to the raw Kafka rows and its fast rows go to bronze in one
@@ -998,9 +1057,9 @@ class _SourceStream(_Stream):
         started = time.monotonic()
         if self.sql is None:
             return self._write_python(spark, batch, batch_id, cached, started)
-        first = self._first_batch
+        first = self.may_replay(batch_id)
         table = bronze_table(self.pipeline, self.source)
-        decoded, observation = counted(self.sql.apply(batch), f"bronze_{self.source.name}_{batch_id}")
+        decoded, observation = counted(batch, f"bronze_{self.source.name}_{batch_id}")
         wrote_fast = _append(spark, bronze_rows(self.source, _fast_rows(decoded)), table, self.app_id, batch_id, first)
         counts = _observed(observation) if wrote_fast else None
         fast_done = time.monotonic()
@@ -1013,7 +1072,7 @@ class _SourceStream(_Stream):
         good_slow = bad_n = 0
         wrote_slow = wrote_bad = True
         if slow_n != 0:
-            slow = decode_python(self.source, _slow_input(self.sql.apply(batch))).persist()
+            slow = decode_python(self.source, _slow_input(batch)).persist()
             cached.append(slow)
             tally = {bool(r["ok"]): int(r["count"]) for r in slow.groupBy(F.col("_reason").isNull().alias("ok")).count().collect()}
             good_slow, bad_n = tally.get(True, 0), tally.get(False, 0)
@@ -1050,9 +1109,9 @@ class _SourceStream(_Stream):
             return ""
         wrote_rows = wrote_bad = True
         if good_n:
-            wrote_rows = _append(spark, bronze_rows(self.source, decoded), bronze_table(self.pipeline, self.source), self.app_id, batch_id, self._first_batch)
+            wrote_rows = _append(spark, bronze_rows(self.source, decoded), bronze_table(self.pipeline, self.source), self.app_id, batch_id, self.may_replay(batch_id))
         if bad_n:
-            wrote_bad = _append(spark, quarantine_rows(self.source, decoded), quarantine_table(self.pipeline), self.app_id, batch_id, self._first_batch)
+            wrote_bad = _append(spark, quarantine_rows(self.source, decoded), quarantine_table(self.pipeline), self.app_id, batch_id, self.may_replay(batch_id))
         note = self._record(good_n + bad_n, good_n if wrote_rows else 0, bad_n if wrote_bad else 0, not (wrote_rows and wrote_bad))
         return f"{good_n + bad_n} records, +{good_n if wrote_rows else 0} rows, +{bad_n if wrote_bad else 0} quarantined{note}; {time.monotonic() - started:.1f}s"
 
@@ -1069,7 +1128,7 @@ class _UndeclaredStream(_Stream):
         total = sum(per_topic.values())
         if not total:
             return ""
-        wrote = _append(spark, unknown_topic_rows(self.pipeline, raw), quarantine_table(self.pipeline), self.app_id, batch_id, self._first_batch)
+        wrote = _append(spark, unknown_topic_rows(self.pipeline, raw), quarantine_table(self.pipeline), self.app_id, batch_id, self.may_replay(batch_id))
         with self.lock:
             self.report.unknown_topic_records += total if wrote else 0
             self.report.records += total
@@ -1128,8 +1187,8 @@ def run_bronze(
     lock = threading.Lock()
 
     def plan(source: Source) -> tuple[_Stream, DataFrame]:
-        raw = kafka_stream(spark, bootstrap, starting, max_offsets, topics=[source.topic])
-        return _SourceStream(pipeline, source, parser, report, lock, say), raw
+        handler = _SourceStream(pipeline, source, parser, report, lock, say)
+        return handler, handler.frame(kafka_stream(spark, bootstrap, starting, max_offsets, topics=[source.topic]))
 
     # Each source's SQL pass is thousands of py4j calls (about a second): built side by side,
     # since each thread waits on its own JVM connection.
@@ -1195,7 +1254,7 @@ class _Run:
             writer = writer.trigger(availableNow=True)
         else:
             writer = writer.trigger(processingTime=self.pipeline.options.processing_time)
-        self.handler.reset()
+        self.handler.reset(uncommitted_batch(self.base / self.handler.name))
         self.query = writer.start()
         self.handler.bind(str(self.query.id))
 

@@ -229,12 +229,14 @@ def test_replayed_batch_writes_nothing_twice(spark: SparkSession, shop_pipeline:
     table, quarantine = bronze_table(pipeline, orders), quarantine_table(pipeline)
 
     def run(batch_id: int, query_id: str = "q1") -> bronze.BronzeReport:
-        """A fresh handler per call: each call is the first batch of a (re)started query."""
+        """A fresh handler per call: each call is the first batch of a query restarted after
+        a crash that left this batch uncommitted (so it may be a replay)."""
         report = bronze.BronzeReport(pipeline.name, "-", "available_now", "hybrid", quarantine,
                                      tables={orders.name: bronze.TableReport(orders.name, table)})
         handler = bronze._SourceStream(pipeline, orders, "hybrid", report, threading.Lock(), lambda _m: None)
+        handler.reset(replayable=batch_id)
         handler.bind(query_id)
-        handler(batch, batch_id)
+        handler(handler.frame(batch), batch_id)
         return report
 
     def counts() -> tuple[int, int]:
@@ -259,6 +261,19 @@ def test_replayed_batch_writes_nothing_twice(spark: SparkSession, shop_pipeline:
 
     assert run(0, query_id="q2").rows == len(records) - 1  # a new checkpoint (new query id) is new data
     batch.unpersist()
+
+
+def test_only_a_batch_planned_but_not_committed_can_be_a_replay(tmp_path: Path) -> None:
+    """Spark logs a batch's offsets before running it and its commit after: the gap is the replay."""
+    checkpoint = tmp_path / "orders"
+    assert bronze.uncommitted_batch(checkpoint) is None  # a new stream
+    for folder, ids in (("offsets", ("0", "1", "2", ".2.crc")), ("commits", ("0", "1", ".1.crc"))):
+        (checkpoint / folder).mkdir(parents=True)
+        for name in ids:
+            (checkpoint / folder / name).write_text("v1")
+    assert bronze.uncommitted_batch(checkpoint) == 2  # crashed in batch 2
+    (checkpoint / "commits" / "2").write_text("v1")
+    assert bronze.uncommitted_batch(checkpoint) is None  # a clean stop: the next batch is new
 
 
 def test_the_fast_write_counts_the_records_and_those_left_for_python(spark: SparkSession, shop_pipeline: Pipeline) -> None:
