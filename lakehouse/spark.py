@@ -21,10 +21,6 @@ from lakehouse.errors import SetupError
 from lakehouse.paths import jars, lake_root
 
 LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
-# HotSpot leaves methods of more than 8000 bytes of bytecode to the interpreter; the bronze
-# SQL pass's whole-stage generated code has such methods, and ran about 1.6x slower so
-# (order_items' 64k records: 4.7 s against 3.0 s per pass). The bundle's clusters set it too.
-JIT_OPTIONS = "-XX:-DontCompileHugeMethods"
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
@@ -59,9 +55,9 @@ def build_local_spark(lake: Path, app_name: str = "cdc-enrich", ui: bool = False
         .config("spark.hadoop.javax.jdo.option.ConnectionURL", f"jdbc:derby:;databaseName={metastore};create=true")
         .config(
             "spark.driver.extraJavaOptions",
-            f"-Dderby.system.home={lake} -Duser.timezone=UTC -Dlog4j2.configurationFile={LOG_CONFIG} {JIT_OPTIONS}",
+            f"-Dderby.system.home={lake} -Duser.timezone=UTC -Dlog4j2.configurationFile={LOG_CONFIG}",
         )
-        .config("spark.executor.extraJavaOptions", f"-Duser.timezone=UTC {JIT_OPTIONS}")
+        .config("spark.executor.extraJavaOptions", "-Duser.timezone=UTC")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.shuffle.partitions", "4")
         # A stream plans every micro-batch anew; its generated classes are found here instead
