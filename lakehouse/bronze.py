@@ -31,6 +31,7 @@ id), so a batch replayed after a crash writes nothing twice.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import threading
@@ -169,12 +170,12 @@ def _no_null_elements(array: SqlColumn) -> SqlColumn:
     return F.coalesce(F.forall(array, lambda x: x.isNotNull()), F.lit(True))
 
 
-def _member(doc: SqlColumn, text: SqlColumn, name: str, path: str = "") -> SqlColumn:
-    """`_v(doc, "$.<name><path>")` of a document parsed from `text`, looked up only when the
+def _member(doc: SqlColumn, text: SqlColumn, name: str) -> SqlColumn:
+    """`_v(doc, "$.<name>")` of a document parsed from `text`, looked up only when the
     text holds `"<name>"`: a path Spark's variant_get does not find costs it a thrown
     exception (~30 % of the SQL pass's CPU samples when every bare key was probed for "schema").
     Exact: `_json_text` admits no \\u escapes, and no other escape spells a letter."""
-    return F.when(text.contains(f'"{name}"'), _v(doc, f"$.{name}{path}"))
+    return F.when(text.contains(f'"{name}"'), _v(doc, f"$.{name}"))
 
 
 def _wrapped(doc: SqlColumn, text: SqlColumn) -> SqlColumn:
@@ -421,10 +422,6 @@ def decode_sql(source: Source, kafka: DataFrame) -> DataFrame:
     return sql_pass(source, headers=HEADERS in kafka.columns).apply(kafka)
 
 
-_SQL_PASSES: dict[tuple[Source, bool, int], SqlPass] = {}
-_SQL_PASSES_LOCK = threading.Lock()
-
-
 def sql_pass(source: Source, headers: bool = True) -> SqlPass:
     """`decode_sql`'s projections for `source` (Kafka rows with or without `headers`).
 
@@ -433,17 +430,12 @@ def sql_pass(source: Source, headers: bool = True) -> SqlPass:
     """
     from pyspark import SparkContext
 
-    key = (source, headers, id(SparkContext._gateway))
-    with _SQL_PASSES_LOCK:
-        cached = _SQL_PASSES.get(key)
-    if cached is None:
-        cached = _build_sql_pass(source, headers)
-        with _SQL_PASSES_LOCK:
-            _SQL_PASSES[key] = cached
-    return cached
+    return _build_sql_pass(source, headers, id(SparkContext._gateway))
 
 
-def _build_sql_pass(source: Source, headers: bool) -> SqlPass:
+@functools.lru_cache(maxsize=256)
+def _build_sql_pass(source: Source, headers: bool, _jvm: int) -> SqlPass:
+    """(`_jvm` keys the cache: the columns are objects of one JVM.)"""
     st = _Staging()
     st.levels.append((_old_key_header(headers).alias("_old_key_header"),))
     images = ("before", "after")
