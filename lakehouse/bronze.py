@@ -2,26 +2,31 @@
 
 Parsing is two-tier, and `lakehouse.debezium.decode_record` is the single source of truth:
 
-1. a Spark SQL pass decodes every record whose shape is common and unambiguous (what
-   Debezium sends) and flags it `_fast`: one strict `from_json` of the value with a typed
-   schema (integers, booleans and doubles typed by Jackson, where a mismatch marks the
-   record corrupt; strings, decimals, timestamps and dates as VARIANT so their JSON type is
-   known), the small key as VARIANT. It is deliberately conservative: anything unusual (a
-   TOAST placeholder in a numeric column, a timestamp string without offset, decimal bytes
-   wider than 16, any malformed record...) is left unflagged;
+1. a fast pass decodes every record whose shape is common and unambiguous (what Debezium
+   sends) and flags it `_fast`. It is deliberately conservative: anything unusual (a TOAST
+   placeholder in a numeric column, a truncate, a wrapped tombstone, any malformed
+   record...) is left unflagged. Two implementations, held to `decode_record` by the same
+   differential test:
+   - the JVM pass (`JvmPass`): `lakehouse/jvm/cdcenrich/DebeziumDecoder.java`, a Java UDF
+     compiled by `make setup` against pyspark's own jars (Jackson, one compiled class for
+     every source). Used whenever its jar is on the session's classpath;
+   - the SQL pass (`SqlPass`): one strict `from_json` of the value with a typed schema
+     (integers, booleans and doubles typed by Jackson, where a mismatch marks the record
+     corrupt; strings, decimals, timestamps and dates as VARIANT so their JSON type is
+     known), the small key as VARIANT. Pure Spark SQL: it needs no jar, so it serves where
+     the decoder jar is not installed (`parser="sql"` forces it);
 2. every unflagged record goes through `decode_record` in a Python UDF, which either decodes
    it exactly or names the specific reason for quarantine.
 
-So malformed records get precise reasons, and clean traffic never pays for Python. A
-differential test holds the SQL pass to `decode_record` on valid and fuzzed records.
+So malformed records get precise reasons, and clean traffic never pays for Python.
 `parser="python"` sends every record through Python (kept for the benchmark's comparison).
 
 Streams: one streaming query per source (plus one for undeclared topics), each with its own
 checkpoint, started together, so concurrent queries keep both cores busy (one query would
-decode one topic-partition at a time). Each source's SQL pass is built once per run as
-unresolved columns (`SqlPass`, thousands of py4j calls) and applied to every micro-batch of raw
-Kafka rows (a dozen calls). A batch is decoded and written in one pass, never cached: counts
-taken during that write (an `Observation`) say whether the Python pass has anything to do.
+decode one topic-partition at a time). Each source's fast pass is built once per run and
+applied to the stream (analysed when the query starts, not per micro-batch). A batch is
+decoded and written in one pass, never cached: counts taken during that write (an
+`Observation`) say whether the Python pass has anything to do.
 
 Exactly-once: each table write of a micro-batch carries Delta's `txnAppId` (the query id,
 stable across restarts from the same checkpoint, new for a new checkpoint; with `-python` for
@@ -69,7 +74,7 @@ from lakehouse.tables import bronze_schema, bronze_table, quarantine_schema, qua
 
 log = logging.getLogger("lakehouse.bronze")
 
-PARSERS = ("hybrid", "python")
+PARSERS = ("hybrid", "sql", "python")  # hybrid: the JVM pass when its jar is there, else SQL
 TRIGGERS = ("available_now", "processing_time")
 KAFKA_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp")
 HEADERS = "headers"  # array<struct<key: string, value: binary>>, read with includeHeaders
@@ -309,8 +314,10 @@ def _stage_decimal_bytes(st: _Staging, f: _Field, level: int) -> None:
         p["width"] = st.put(width)
         p["high_width"] = st.put(high_width)
         p["negative"] = st.put(F.substring(p["digits"], 1, 1) >= F.lit("8"))
-        p["low"] = st.put(F.conv(F.substring(p["digits"], high_width * 2 + 1, 16), 16, 10).cast("decimal(20,0)"))
-        p["high"] = st.put(F.conv(F.substring(p["digits"], F.lit(1), high_width * 2), 16, 10).cast("decimal(20,0)"))
+        # (only up to 16 bytes: `conv` of more than 64 bits overflows, an error under ANSI mode)
+        fits = width.between(1, 16)
+        p["low"] = st.put(F.when(fits, F.conv(F.substring(p["digits"], high_width * 2 + 1, 16), 16, 10).cast("decimal(20,0)")))
+        p["high"] = st.put(F.when(fits, F.conv(F.substring(p["digits"], F.lit(1), high_width * 2), 16, 10).cast("decimal(20,0)")))
     else:
         pow2 = F.array(*[F.lit(v).cast("decimal(21,0)") for v in _POW2])
         small = F.when(p["negative"], p["low"] - F.element_at(pow2, p["width"] + 1)).otherwise(p["low"])
@@ -606,6 +613,111 @@ def _sequence_sql(source: Source, op: SqlColumn, ts_ms: SqlColumn, lsn: SqlColum
     return value, _true(ts_ms.between(0, 10**13 - 1) & (F.col("partition") < 10**6) & (F.col("offset") >= 0))
 
 
+# --------------------------------------------------------------------------- the JVM pass
+
+DECODER_CLASS = "cdcenrich.DebeziumDecoder"
+# The decoder's result struct, in its field order (see DebeziumDecoder.java), -> bronze columns.
+_JVM_FIELDS = (
+    ("fast", None), ("op", "_op"), ("key", "_key"), ("before", "_before"), ("after", "_after"),
+    ("source_ts_ms", "_source_ts_ms"), ("source_lsn", "_source_lsn"), ("source_tx_id", "_source_tx_id"),
+    ("source_snapshot", "_source_snapshot"), ("source_file", "_source_file"), ("source_pos", "_source_pos"),
+    ("source_row", "_source_row"), ("event_ts_ms", "_event_ts_ms"),
+    ("unavailable_columns", "_unavailable_columns"), ("sequence", "_sequence"),
+)
+
+
+def _jvm_result_schema(source: Source) -> StructType:
+    schema = bronze_schema(source)
+    return StructType([
+        StructField(name, BooleanType() if column is None else schema[column].dataType, True)
+        for name, column in _JVM_FIELDS
+    ])
+
+
+def decoder_available(spark: SparkSession) -> bool:
+    """Whether the JVM decoder's class is on the session's classpath (`make setup` builds
+    its jar; on Databricks the bundle attaches it as a library)."""
+    from py4j.java_gateway import JavaClass
+
+    jvm = spark.sparkContext._jvm
+    try:
+        return isinstance(jvm.cdcenrich.DebeziumDecoder, JavaClass)
+    except Exception:  # noqa: BLE001 - py4j answers a missing class with a package or an error
+        return False
+
+
+@dataclass(frozen=True)
+class JvmPass:
+    """The JVM fast pass of one source: `DebeziumDecoder` as a Java UDF over key, value,
+    partition and offset. Same output as `SqlPass.apply`."""
+
+    source: Source
+    headers: bool
+
+    def apply(self, kafka: DataFrame) -> DataFrame:
+        """Kafka rows -> decoded rows (rows without a `headers` column are read as header-less)."""
+        has_headers = HEADERS in kafka.columns
+        decoded = kafka.select(
+            *KAFKA_COLUMNS,
+            _old_key_header(has_headers).alias("_old_key_header"),
+            _decoder_call(kafka.sparkSession, self.source, [F.col("key"), F.col("value"), F.col("partition"), F.col("offset")]).alias("_d"),
+        )
+        columns = {c: F.col(k) for k, c in zip(("topic", "partition", "offset", "key", "value"), _COORDINATES)}
+        columns.update({column: F.col(f"_d.{name}") for name, column in _JVM_FIELDS if column is not None})
+        columns["_old_key"] = F.lit(None)  # decided in Python: rows with the header are never fast
+        schema = bronze_schema(self.source)
+        fast = _true(F.col("_d.fast")) & F.col("_old_key_header").isNull()
+        return decoded.select(
+            *[columns[c].cast(schema[c].dataType).alias(c) for c in dbz.DECODED_COLUMNS],
+            F.col("timestamp").alias("_kafka_ts"),
+            fast.alias("_fast"),
+            F.col("_old_key_header"),
+        )
+
+
+def _decoder_call(spark: SparkSession, source: Source, args: list[SqlColumn]) -> SqlColumn:
+    """A column calling a new `DebeziumDecoder` for `source` on `args` (a few py4j calls)."""
+    from pyspark.sql.classic.column import Column as ClassicColumn
+    from pyspark.sql.classic.column import _to_java_column
+
+    sc = spark.sparkContext
+    gateway, jvm = sc._gateway, sc._jvm
+
+    def strings(values: Iterable[str]) -> Any:
+        values = list(values)
+        array = gateway.new_array(jvm.java.lang.String, len(values))
+        for i, v in enumerate(values):
+            array[i] = v
+        return array
+
+    result_type = spark._jsparkSession.parseDataType(_jvm_result_schema(source).json())
+    jcol = jvm.cdcenrich.DebeziumDecoder.column(
+        strings(f"{c.name}:{c.type}" for c in source.columns), strings(source.primary_key), source.sequence,
+        result_type, *[_to_java_column(a) for a in args],
+    )
+    return ClassicColumn(jcol)
+
+
+def jvm_pass(source: Source, headers: bool = True) -> JvmPass:
+    return JvmPass(source, headers)
+
+
+def fast_pass(spark: SparkSession, source: Source, parser: str = "hybrid") -> SqlPass | JvmPass:
+    """The fast pass `parser` asks for: the JVM pass for "hybrid" when the decoder is on the
+    classpath (else the SQL pass, with a warning once), the SQL pass for "sql"."""
+    if parser == "hybrid":
+        if decoder_available(spark):
+            return jvm_pass(source)
+        _warn_no_decoder()
+    return sql_pass(source)
+
+
+@functools.lru_cache(maxsize=1)
+def _warn_no_decoder() -> None:
+    log.warning("bronze: the JVM decoder (%s) is not on the classpath; decoding with the SQL pass, "
+                "which is correct but slower. Run `make setup` (locally) or attach the bundle's decoder jar.", DECODER_CLASS)
+
+
 # --------------------------------------------------------------------------- the Python pass
 
 
@@ -696,8 +808,8 @@ def parse_source(source: Source, kafka: DataFrame, parser: str = "hybrid") -> Da
     _check_choice("parser", parser, PARSERS)
     if parser == "python":
         return decode_python(source, kafka)
-    sql = decode_sql(source, kafka)
-    return _fast_rows(sql).unionByName(decode_python(source, _slow_input(sql)))
+    decoded = fast_pass(kafka.sparkSession, source, parser).apply(kafka)
+    return _fast_rows(decoded).unionByName(decode_python(source, _slow_input(decoded)))
 
 
 def bronze_rows(source: Source, parsed: DataFrame) -> DataFrame:
@@ -1031,15 +1143,17 @@ class _SourceStream(_Stream):
         self.source = source
         self.parser = parser
         self.name = source.name
-        self.sql = sql_pass(source) if parser == "hybrid" else None
+        self.fast: SqlPass | JvmPass | None = None
 
     def frame(self, kafka: DataFrame) -> DataFrame:
-        """What the query feeds `write`: the SQL pass over the Kafka stream (analysed once, when
+        """What the query feeds `write`: the fast pass over the Kafka stream (analysed once, when
         the query starts, rather than for every micro-batch), or the raw records for Python."""
-        return kafka if self.sql is None else self.sql.apply(kafka)
+        if self.parser != "python":
+            self.fast = fast_pass(kafka.sparkSession, self.source, self.parser)
+        return kafka if self.fast is None else self.fast.apply(kafka)
 
     def write(self, spark: SparkSession, batch: DataFrame, batch_id: int, cached: list[DataFrame]) -> str:
-        """One micro-batch (SQL-decoded): fast rows straight to bronze, then the rest through Python.
+        """One micro-batch (decoded by the fast pass): fast rows straight to bronze, then the rest through Python.
 
         The decoded batch is never cached (building the cache cost as much as decoding): its
         fast rows go to bronze in one decode-and-write pass (the stream's plan decodes), which
@@ -1047,7 +1161,7 @@ class _SourceStream(_Stream):
         when there are some does the Python pass run (rare).
         """
         started = time.monotonic()
-        if self.sql is None:
+        if self.fast is None:
             return self._write_python(spark, batch, batch_id, cached, started)
         first = self.may_replay(batch_id)
         table = bronze_table(self.pipeline, self.source)
@@ -1077,7 +1191,7 @@ class _SourceStream(_Stream):
         quarantined = bad_n if wrote_bad else 0
         replayed = first and not (wrote_fast and wrote_slow and wrote_bad) and rows + quarantined < total
         note = self._record(total, rows, quarantined, replayed)
-        timing = f"SQL pass + write {fast_done - started:.1f}s, {good_slow + bad_n} by Python {time.monotonic() - fast_done:.1f}s"
+        timing = f"fast pass + write {fast_done - started:.1f}s, {good_slow + bad_n} by Python {time.monotonic() - fast_done:.1f}s"
         return f"{total} records, +{rows} rows, +{quarantined} quarantined{note}; {timing}"
 
     def _record(self, records: int, rows: int, quarantined: int, replayed: bool) -> str:

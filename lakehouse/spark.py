@@ -37,6 +37,7 @@ def build_local_spark(lake: Path, app_name: str = "cdc-enrich", ui: bool = False
     spark_jars = jars("spark")
     if not any(j.name.startswith("delta-spark") for j in spark_jars):
         raise SetupError("Delta and Kafka jars are missing from .cache/jars/spark; run `make setup` first")
+    spark_jars += jars("decoder")  # bronze's JVM fast pass (lakehouse/jvm); without it the SQL pass serves
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # local mode: never bind a public interface

@@ -138,13 +138,54 @@ def _junk_records() -> list[tuple[bytes | None, bytes | None]]:
         (key, bare + bare),
         (key, b"  " + bare),
     ]
+    # where a JVM JSON parser and Python's json module could part ways
+    out += [
+        (key, b"\xef\xbb\xbf" + bare),  # a byte-order mark: Python rejects it, Jackson would skip it
+        (key, bare.decode().encode("utf-16-le")),  # Jackson would detect UTF-16 from the bytes
+        (key, bare.replace(b'"op":"c"', b'"op":"d","op":"c"')),  # a duplicate key: Python keeps the last
+        (key, bare.replace(b'"op":"c"', b'"op":"c" ')),
+        (b" " + key + b"\n", bare),
+    ]
+    raw_tokens = {
+        "ratio": [b"-0.0", b"0.0", b"-0", b"1E-400", b"1e400", b"-1.5e-3", b"123456789012345678901234567890"],
+        "f": [b"-0.0", b"3.4028235e38", b"3.4028234663852886e38", b"1e-50", b"0.1"],
+        "price": [b"12.345", b"-12.345", b"-0.0", b"1e2", b"99999999.995", b"1E-400", b'"12.5\n"', b'"1.e1"', b'"+.5"', b'"-0"'],
+        "big": [b"1e37", b"-1E+37", b'"AA=="', b'"/w=="', b'"gAAAAAAAAAAAAAAAAAAAAAAA"'],
+        "created_at": [b'"2026-01-01T00:00:00+18:00"', b'"2026-01-01T00:00:00+17:59"', b'"2026-01-01 00:00:00"',
+                       b'"9999-12-31T23:59:59Z"', b'"2026-01-01T00:00:00.1234567Z"', b'"2026-02-30T00:00:00Z"',
+                       b'"2026-01-01T24:00:00Z"', b'"2026-01-01T00:00:60Z"', b'"2026-01-01T00:00:00-00:30"',
+                       b"-62135596800000000", b"253402300800000000"],
+        "day": [b'"2026-02-30"', b'"0001-01-01"', b'"2026-1-1"', b"-719163"],
+        "name": [b'"\\ud83d\\ude00"', b'"\\udc00"', b'"tab\\there"', b'"nul\\u0000"'],
+        "n": [b"2147483648", b"-2147483648", b"1.0", b"1e3", b"true"],
+    }
+    for column, tokens in raw_tokens.items():
+        for token in tokens:
+            doc = json.loads(bare)
+            doc["after"][column] = "@raw@"
+            out.append((key, dumps(doc).replace(b'"@raw@"', token)))
     for _ in range(40):
         out.append((rng.choice([None, key, rng.randbytes(rng.randint(0, 12))]), rng.choice([None, rng.randbytes(rng.randint(0, 60))])))
     return out
 
 
-def test_sql_pass_agrees_with_decode_record(spark: SparkSession) -> None:
-    """Hybrid parsing == Python-only parsing on every record; clean Debezium traffic never needs Python."""
+def _fast_pass(kind: str, spark: SparkSession, source: Source) -> Any:
+    if kind == "jvm":
+        assert bronze.decoder_available(spark), "the JVM decoder jar is missing: `make setup` builds it"
+        return bronze.jvm_pass(source)
+    return bronze.sql_pass(source)
+
+
+def test_hybrid_parsing_uses_the_jvm_decoder(spark: SparkSession) -> None:
+    """`make setup` builds the decoder and the session loads it: hybrid parsing takes the JVM pass."""
+    assert isinstance(bronze.fast_pass(spark, THINGS, "hybrid"), bronze.JvmPass)
+    assert isinstance(bronze.fast_pass(spark, THINGS, "sql"), bronze.SqlPass)
+
+
+@pytest.mark.parametrize("kind", ["jvm", "sql"])
+def test_fast_pass_agrees_with_decode_record(spark: SparkSession, kind: str) -> None:
+    """Hybrid parsing == Python-only parsing on every record, with either fast pass (the JVM
+    decoder, the SQL pass); clean Debezium traffic never needs Python."""
     rng = random.Random(1)
     standard = _valid_records(THINGS, rng, 60) + _valid_records(THINGS, rng, 30, schemas=True)
     standard.append(change(THINGS, "t")[0:2])
@@ -152,9 +193,9 @@ def test_sql_pass_agrees_with_decode_record(spark: SparkSession) -> None:
     records = [(k, v, THINGS.topic) for k, v in standard + odd]
     kafka = _kafka_frame(spark, records).cache()
 
-    sql = bronze.decode_sql(THINGS, kafka).cache()
+    sql = _fast_pass(kind, spark, THINGS).apply(kafka).cache()
     fast = {r["_offset"] for r in sql.where("_fast").select("_offset").collect()}
-    assert set(range(len(standard))) <= fast, "standard Debezium records must all take the SQL path"
+    assert set(range(len(standard))) <= fast, "standard Debezium records must all take the fast path"
     assert len(fast) < len(records), "the corpus must exercise the Python path too"
 
     # what the runner does (SQL, leftovers through Python) vs everything through Python
@@ -163,7 +204,7 @@ def test_sql_pass_agrees_with_decode_record(spark: SparkSession) -> None:
     assert hybrid.count() == python.count() == len(records)
     difference = hybrid.exceptAll(python).union(python.exceptAll(hybrid))
     mismatches = difference.select("_offset", "_reason", "_after").collect()
-    assert not mismatches, f"SQL and Python disagree on {len(mismatches)} rows, e.g. {mismatches[:4]}"
+    assert not mismatches, f"the {kind} pass and Python disagree on {len(mismatches)} rows, e.g. {mismatches[:4]}"
     assert python.where("_reason is not null").count() >= len(REJECTIONS) - 1
     for df in (hybrid, python, sql, kafka):
         df.unpersist()
@@ -197,7 +238,7 @@ def _layout(schema: Any) -> list[tuple[str, Any]]:
 
 def test_the_old_key_header_of_a_primary_key_change_reaches_bronze(spark: SparkSession) -> None:
     """Kafka headers as Spark's source gives them (includeHeaders): `__debezium.oldkey` -> `_old_key`,
-    in both parsers; a record without it stays on the SQL fast path."""
+    in every parser; a record without it stays on the fast path."""
     moved = change(THINGS, "c", after=thing(id=43, name=UNAVAILABLE), lsn=700)
     plain = change(THINGS, "u", after=thing(id=44), lsn=701)
     schema = KAFKA_SCHEMA + ", headers array<struct<key: string, value: binary>>"
@@ -207,8 +248,9 @@ def test_the_old_key_header_of_a_primary_key_change_reaches_bronze(spark: SparkS
          (*plain, THINGS.topic, 0, 1, ts, [])],
         schema,
     )
-    sql = {r["_offset"]: r["_fast"] for r in bronze.decode_sql(THINGS, kafka).collect()}
-    assert sql == {0: False, 1: True}
+    for kind in ("jvm", "sql"):
+        fast = {r["_offset"]: r["_fast"] for r in _fast_pass(kind, spark, THINGS).apply(kafka).collect()}
+        assert fast == {0: False, 1: True}, kind
     for parser in bronze.PARSERS:
         rows = {r["_offset"]: r for r in bronze.parse_source(THINGS, kafka, parser).collect()}
         assert rows[0]["_reason"] is None and rows[0]["_old_key"]["id"] == 42, parser
@@ -250,8 +292,8 @@ def test_replayed_batch_writes_nothing_twice(spark: SparkSession, shop_pipeline:
     assert counts() == (len(records) - 1, 1)
     assert (again.rows, again.quarantined, again.replayed_batches) == (0, 0, 1)
 
-    # a crash in batch 1 after the SQL pass's bronze write, before the Python pass wrote; then the replay
-    decoded = bronze.decode_sql(orders, batch)
+    # a crash in batch 1 after the fast pass's bronze write, before the Python pass wrote; then the replay
+    decoded = bronze.fast_pass(spark, orders).apply(batch)
     fast = bronze.bronze_rows(orders, bronze._fast_rows(decoded))
     left_to_python = len(records) - 1 - fast.count()
     assert bronze._append(spark, fast, table, "cdc-enrich-bronze-q1", 1, replay_check=True)
@@ -289,7 +331,7 @@ def test_the_fast_write_counts_the_records_and_those_left_for_python(spark: Spar
     kafka = _kafka_frame(spark, records)
 
     def write(batch_id: int, replay_check: bool) -> dict[str, int] | None:
-        decoded, observation = bronze.counted(bronze.sql_pass(orders).apply(kafka), "count")
+        decoded, observation = bronze.counted(bronze.fast_pass(spark, orders).apply(kafka), "count")
         wrote = bronze._append(spark, bronze.bronze_rows(orders, bronze._fast_rows(decoded)), table, "app-a", batch_id, replay_check)
         return bronze._observed(observation) if wrote else None
 

@@ -64,3 +64,12 @@ if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
   sed -ri 's/^#?\s*create_main_cluster\s*=.*/create_main_cluster = false/' /etc/postgresql-common/createcluster.conf
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql
 fi
+
+# 4. The JVM decoder (bronze's fast pass), compiled against the venv's pyspark jars; redone
+#    when its source or the pinned packages change.
+decoder_stamp=".cache/decoder.$(hash_of $(find lakehouse/jvm -name '*.java' | sort) tools/build-decoder.sh pyproject.toml)"
+if [ ! -f "$decoder_stamp" ] || [ ! -f .cache/jars/decoder/cdc-enrich-decoder.jar ]; then
+  echo "setup: compiling the JVM decoder (lakehouse/jvm) against pyspark's jars"
+  bash tools/build-decoder.sh .cache/jars/decoder/cdc-enrich-decoder.jar
+  rm -f .cache/decoder.*; touch "$decoder_stamp"
+fi
