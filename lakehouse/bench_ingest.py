@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 from pyspark.sql import SparkSession
 
-from lakehouse.bronze import KAFKA_COLUMNS, ensure_bronze_tables, kafka_stream, run_bronze
+from lakehouse.bronze import KAFKA_COLUMNS, PARSERS, ensure_bronze_tables, kafka_stream, run_bronze
 from lakehouse.config import Pipeline
 from lakehouse.errors import CdcEnrichError
 from lakehouse.paths import checkpoint_dir
@@ -103,6 +103,9 @@ def bench_ingest(
     events/s / raw events/s for the first parser (`ingest_*` repeat its figures), and the
     same for the cold round under `cold_*`.
     """
+    unknown = [p for p in parsers if p not in PARSERS]
+    if unknown or not parsers:
+        raise CdcEnrichError(f"bench ingest: unknown parser(s) {', '.join(unknown) or '(none given)'}; expected some of {', '.join(PARSERS)}")
     say = progress or (lambda _m: None)
     tag = "bench" + uuid.uuid4().hex[:8]
     bench = isolated_pipeline(pipeline, tag)

@@ -299,7 +299,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
         if name == "ingest":
             from lakehouse.bench_ingest import bench_ingest
 
-            results[name] = bench_ingest(spark, pipeline, lake, _bootstrap(args, pipeline), events=args.events or 200_000, progress=_say)
+            parsers = tuple(p.strip() for p in args.parsers.split(",") if p.strip())
+            results[name] = bench_ingest(spark, pipeline, lake, _bootstrap(args, pipeline), events=args.events or 200_000,
+                                         parsers=parsers, progress=_say)
         elif name == "silver":
             from lakehouse.bench_silver import bench_silver
 
@@ -396,6 +398,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("which", choices=("ingest", "silver", "gold", "all"))
     p.add_argument("--events", type=int, help="ingest: events produced; silver: changes per batch")
     p.add_argument("--rows", type=int, help="gold: fact table rows")
+    p.add_argument("--parsers", default="hybrid",
+                   help="ingest: comma list of bronze parsers to time side by side (hybrid = the JVM decoder, "
+                        "sql = the SQL pass, python); the first one's ratio is the headline")
     p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("demo", parents=[common, with_pipeline], help="the whole service end to end on the local stack", description=cmd_demo.__doc__)

@@ -420,7 +420,12 @@ def test_fuzzed_traffic_through_kafka_bronze_plus_quarantine_is_everything(spark
     records = _fuzz(pipeline, rng)
     ghost = f"{pipeline.kafka.topic_prefix}.{pipeline.kafka.source_schema}.ghosts"
     outside = f"{pipeline.kafka.topic_prefix}.other"  # not <prefix>.<schema>.*: never subscribed
-    _create_topics(kafka_bootstrap, pipeline, (ghost, outside))
+    _create_topics(kafka_bootstrap, pipeline, (outside,))
+    assert not bronze.undeclared_topics_exist(kafka_bootstrap, pipeline)  # no undeclared stream needed
+    from lakehouse.stack import create_topics
+
+    create_topics(kafka_bootstrap, [ghost], partitions=1)
+    assert bronze.undeclared_topics_exist(kafka_bootstrap, pipeline)
     coordinates = _produce(kafka_bootstrap, [(t, k, v) for t, k, v, _ in records] + [(outside, b"x", b"y")])[:-1]
     expected_bad = {c: reason for c, (_, _, _, reason) in zip(coordinates, records) if reason}
     expected_good = {c for c, (_, _, _, reason) in zip(coordinates, records) if not reason}
