@@ -642,11 +642,17 @@ def _jvm_result_schema(source: Source) -> StructType:
 def decoder_available(spark: SparkSession) -> bool:
     """Whether the JVM decoder's class is on the session's classpath (`make setup` builds
     its jar; on Databricks the bundle attaches it as a library)."""
-    from py4j.java_gateway import JavaClass
+    return _decoder_loaded(id(spark.sparkContext._gateway))
 
-    jvm = spark.sparkContext._jvm
+
+@functools.lru_cache(maxsize=8)
+def _decoder_loaded(_jvm: int) -> bool:
+    """(per JVM: its classpath does not change while it runs)"""
+    from py4j.java_gateway import JavaClass
+    from pyspark import SparkContext
+
     try:
-        return isinstance(jvm.cdcenrich.DebeziumDecoder, JavaClass)
+        return isinstance(SparkContext._jvm.cdcenrich.DebeziumDecoder, JavaClass)
     except Exception:  # noqa: BLE001 - py4j answers a missing class with a package or an error
         return False
 
@@ -654,38 +660,57 @@ def decoder_available(spark: SparkSession) -> bool:
 @dataclass(frozen=True)
 class JvmPass:
     """The JVM fast pass of one source: `DebeziumDecoder` as a Java UDF over key, value,
-    partition and offset. Same output as `SqlPass.apply`."""
+    partition and offset. Same output as `SqlPass.apply`. Its columns are built once per
+    source and JVM (`jvm_pass`) and reused by every DataFrame it is applied to."""
 
-    source: Source
+    decode: tuple[SqlColumn, ...]
+    final: tuple[SqlColumn, ...]
     headers: bool
 
     def apply(self, kafka: DataFrame) -> DataFrame:
         """Kafka rows -> decoded rows (rows without a `headers` column are read as header-less)."""
-        has_headers = HEADERS in kafka.columns
-        decoded = kafka.select(
-            *KAFKA_COLUMNS,
-            _old_key_header(has_headers).alias("_old_key_header"),
-            _decoder_call(kafka.sparkSession, self.source, [F.col("key"), F.col("value"), F.col("partition"), F.col("offset")]).alias("_d"),
-        )
-        columns = {c: F.col(k) for k, c in zip(("topic", "partition", "offset", "key", "value"), _COORDINATES)}
-        columns.update({column: F.col(f"_d.{name}") for name, column in _JVM_FIELDS if column is not None})
-        columns["_old_key"] = F.lit(None)  # decided in Python: rows with the header are never fast
-        schema = bronze_schema(self.source)
-        fast = _true(F.col("_d.fast")) & F.col("_old_key_header").isNull()
-        return decoded.select(
-            *[columns[c].cast(schema[c].dataType).alias(c) for c in dbz.DECODED_COLUMNS],
-            F.col("timestamp").alias("_kafka_ts"),
-            fast.alias("_fast"),
-            F.col("_old_key_header"),
-        )
+        df = kafka
+        if self.headers and HEADERS not in df.columns:
+            df = df.withColumn(HEADERS, F.lit(None).cast("array<struct<key:string,value:binary>>"))
+        return df.select(*self.decode).select(*self.final)
 
 
-def _decoder_call(spark: SparkSession, source: Source, args: list[SqlColumn]) -> SqlColumn:
-    """A column calling a new `DebeziumDecoder` for `source` on `args` (a few py4j calls)."""
+def jvm_pass(source: Source, headers: bool = True) -> JvmPass:
+    """`source`'s JVM pass (Kafka rows with or without `headers`); needs the decoder's jar."""
+    from pyspark import SparkContext
+
+    return _build_jvm_pass(source, headers, id(SparkContext._gateway))
+
+
+@functools.lru_cache(maxsize=256)
+def _build_jvm_pass(source: Source, headers: bool, _jvm: int) -> JvmPass:
+    """(`_jvm` keys the cache: the columns are objects of one JVM.)"""
+    decode = (
+        *[F.col(c) for c in KAFKA_COLUMNS],
+        _old_key_header(headers).alias("_old_key_header"),
+        _decoder_call(source, [F.col("key"), F.col("value"), F.col("partition"), F.col("offset")]).alias("_d"),
+    )
+    columns = {c: F.col(k) for k, c in zip(("topic", "partition", "offset", "key", "value"), _COORDINATES)}
+    columns.update({column: F.col(f"_d.{name}") for name, column in _JVM_FIELDS if column is not None})
+    columns["_old_key"] = F.lit(None)  # decided in Python: rows with the header are never fast
+    schema = bronze_schema(source)
+    fast = _true(F.col("_d.fast")) & F.col("_old_key_header").isNull()
+    final = (
+        *[columns[c].cast(schema[c].dataType).alias(c) for c in dbz.DECODED_COLUMNS],
+        F.col("timestamp").alias("_kafka_ts"),
+        fast.alias("_fast"),
+        F.col("_old_key_header"),
+    )
+    return JvmPass(decode, final, headers)
+
+
+def _decoder_call(source: Source, args: list[SqlColumn]) -> SqlColumn:
+    """A column calling a new `DebeziumDecoder` for `source` on `args`."""
+    from pyspark import SparkContext
     from pyspark.sql.classic.column import Column as ClassicColumn
     from pyspark.sql.classic.column import _to_java_column
 
-    sc = spark.sparkContext
+    sc = SparkContext._active_spark_context
     gateway, jvm = sc._gateway, sc._jvm
 
     def strings(values: Iterable[str]) -> Any:
@@ -695,16 +720,12 @@ def _decoder_call(spark: SparkSession, source: Source, args: list[SqlColumn]) ->
             array[i] = v
         return array
 
-    result_type = spark._jsparkSession.parseDataType(_jvm_result_schema(source).json())
+    result_type = jvm.org.apache.spark.sql.types.DataType.fromJson(_jvm_result_schema(source).json())
     jcol = jvm.cdcenrich.DebeziumDecoder.column(
         strings(f"{c.name}:{c.type}" for c in source.columns), strings(source.primary_key), source.sequence,
         result_type, *[_to_java_column(a) for a in args],
     )
     return ClassicColumn(jcol)
-
-
-def jvm_pass(source: Source, headers: bool = True) -> JvmPass:
-    return JvmPass(source, headers)
 
 
 def fast_pass(spark: SparkSession, source: Source, parser: str = "hybrid") -> SqlPass | JvmPass:
@@ -797,7 +818,34 @@ def _rows_where(df: DataFrame, condition: SqlColumn) -> DataFrame:
     reference (minutes for a batch). Exploding a one-row array (or null) keeps the rows
     where they are computed.
     """
-    return df.select(F.explode(F.when(condition, F.array(F.struct(*[F.col(c) for c in df.columns])))).alias("_r")).select("_r.*")
+    return df.select(_exploded_where(condition, df.columns)).select("_r.*")
+
+
+def _exploded_where(condition: SqlColumn, columns: list[str]) -> SqlColumn:
+    """`columns` as one struct `_r`, in a row for each input row where `condition` holds."""
+    return F.explode(F.when(condition, F.array(F.struct(*[F.col(c) for c in columns])))).alias("_r")
+
+
+def fast_bronze_rows(source: Source, decoded: DataFrame) -> DataFrame:
+    """The fast pass's rows in exactly bronze's layout: `_fast_rows` then `bronze_rows` in two
+    projections of columns built once per source (each DataFrame step and each column is
+    py4j work; a stream pays it in every micro-batch, five streams at once)."""
+    from pyspark import SparkContext
+
+    exploded, carried = _fast_bronze_columns(source, id(SparkContext._gateway))
+    now = write_time().alias("_ingested_at")
+    return decoded.select(exploded).select(*[now if c is None else c for c in carried])
+
+
+@functools.lru_cache(maxsize=256)
+def _fast_bronze_columns(source: Source, _jvm: int) -> tuple[SqlColumn, tuple[SqlColumn | None, ...]]:
+    """(the exploded fast rows, bronze's columns in order with None for `_ingested_at`)."""
+    schema = bronze_schema(source)
+    names = [c for c in schema.fieldNames() if c != "_ingested_at"]
+    exploded = _exploded_where(F.col("_fast"), names)  # (see `_rows_where`)
+    return exploded, tuple(
+        None if f.name == "_ingested_at" else F.col(f"_r.{f.name}").cast(f.dataType).alias(f.name) for f in schema.fields
+    )
 
 
 def _fast_rows(sql: DataFrame) -> DataFrame:
@@ -882,12 +930,35 @@ def ensure_bronze_tables(spark: SparkSession, pipeline: Pipeline) -> None:
 
     Tables are append-only (`delta.appendOnly`). A source that gained declared columns gets
     them added to its row structs; any other difference is an error naming the table, since
-    rewriting bronze is never something to do silently.
+    rewriting bronze is never something to do silently. Tables this process has checked
+    already are only looked for (one `SHOW TABLES` per schema), not checked again.
     """
+    wanted = [
+        (bronze_table(pipeline, s), bronze_schema(s), f"bronze of Kafka topic {s.topic}", BRONZE_STATS_COLUMNS)
+        for s in pipeline.sources.values()
+    ] + [(quarantine_table(pipeline), quarantine_schema(), "records that could not be parsed or validated", QUARANTINE_STATS_COLUMNS)]
+    keys = [_checked_key(spark, name, schema, stats) for name, schema, _, stats in wanted]
+    if all(k in _CHECKED for k in keys) and _all_exist(spark, [name for name, *_ in wanted]):
+        return
     ensure_schemas(spark, pipeline)
-    for source in pipeline.sources.values():
-        _ensure_table(spark, bronze_table(pipeline, source), bronze_schema(source), f"bronze of Kafka topic {source.topic}", BRONZE_STATS_COLUMNS)
-    _ensure_table(spark, quarantine_table(pipeline), quarantine_schema(), "records that could not be parsed or validated", QUARANTINE_STATS_COLUMNS)
+    for name, schema, comment, stats in wanted:
+        _ensure_table(spark, name, schema, comment, stats)
+
+
+def _all_exist(spark: SparkSession, names: list[str]) -> bool:
+    """Whether every `[catalog.]schema.table` exists: one `SHOW TABLES` per schema."""
+    by_schema: dict[str, set[str]] = {}
+    for name in names:
+        schema, _, table = name.rpartition(".")
+        by_schema.setdefault(schema, set()).add(table.lower())
+    for schema, tables in by_schema.items():
+        try:
+            found = {r["tableName"].lower() for r in spark.sql(f"SHOW TABLES IN {schema}").collect()}
+        except Exception:  # noqa: BLE001 - a missing schema: the full check creates it
+            return False
+        if not tables <= found:
+            return False
+    return True
 
 
 #: Columns Delta keeps min/max statistics for. By default it takes the first 32 leaf columns,
@@ -900,14 +971,18 @@ STATS_PROPERTY = "delta.dataSkippingStatsColumns"
 
 
 # Tables whose layout and properties this process has checked (or made), per JVM: a scheduled
-# stream's later runs then ask the catalog only whether each table still exists (~30 ms
-# each) instead of reading its properties and schema again (~0.8 s for the shop's six tables).
+# stream's later runs then ask the catalog only whether the tables still exist instead of
+# reading their properties and schemas again (~0.8 s for the shop's six tables).
 _CHECKED: set[tuple[int, str, str, str]] = set()
+
+
+def _checked_key(spark: SparkSession, name: str, schema: StructType, stats_columns: tuple[str, ...]) -> tuple[int, str, str, str]:
+    return (id(spark.sparkContext._gateway), name, schema.json(), ",".join(stats_columns))
 
 
 def _ensure_table(spark: SparkSession, name: str, schema: StructType, comment: str, stats_columns: tuple[str, ...]) -> None:
     stats = ",".join(stats_columns)
-    checked = (id(spark.sparkContext._gateway), name, schema.json(), stats)
+    checked = _checked_key(spark, name, schema, stats_columns)
     exists = spark.catalog.tableExists(name)
     if exists and checked in _CHECKED:
         return
@@ -1213,7 +1288,7 @@ class _SourceStream(_Stream):
         first = self.may_replay(batch_id)
         table = bronze_table(self.pipeline, self.source)
         decoded, observation = counted(batch, f"bronze_{self.source.name}_{batch_id}")
-        wrote_fast = _append(spark, bronze_rows(self.source, _fast_rows(decoded)), table, self.app_id, batch_id, first)
+        wrote_fast = _append(spark, fast_bronze_rows(self.source, decoded), table, self.app_id, batch_id, first)
         counts = _observed(observation) if wrote_fast else None
         fast_done = time.monotonic()
         # No counts: a replay after a crash (Delta had the fast rows already); the Python pass
