@@ -166,7 +166,30 @@ def _junk_records() -> list[tuple[bytes | None, bytes | None]]:
             out.append((key, dumps(doc).replace(b'"@raw@"', token)))
     for _ in range(40):
         out.append((rng.choice([None, key, rng.randbytes(rng.randint(0, 12))]), rng.choice([None, rng.randbytes(rng.randint(0, 60))])))
+    valid = _valid_records(THINGS, rng, 40) + _valid_records(THINGS, rng, 10, schemas=True)
+    for _ in range(300):  # seeded mutations of valid records: most break the JSON, some change a value
+        k, v = rng.choice([r for r in valid if r[1] is not None])
+        out.append((k, _mutate(v, rng)))
     return out
+
+
+def _mutate(raw: bytes, rng: random.Random) -> bytes:
+    """One to three edits at random places: a JSON-significant character replaced, inserted or
+    deleted, or a span repeated."""
+    out = bytearray(raw)
+    for _ in range(rng.randint(1, 3)):
+        i = rng.randrange(len(out))
+        kind = rng.choice(("replace", "insert", "delete", "repeat"))
+        char = rng.choice(b'"{}[]:,-+.0123456789eE \\tnul')
+        if kind == "replace":
+            out[i] = char
+        elif kind == "insert":
+            out.insert(i, char)
+        elif kind == "delete" and len(out) > 1:
+            del out[i]
+        else:
+            out[i:i] = out[i:i + rng.randint(1, 12)]
+    return bytes(out)
 
 
 def _fast_pass(kind: str, spark: SparkSession, source: Source) -> Any:
@@ -195,7 +218,11 @@ def test_fast_pass_agrees_with_decode_record(spark: SparkSession, kind: str) -> 
 
     sql = _fast_pass(kind, spark, THINGS).apply(kafka).cache()
     fast = {r["_offset"] for r in sql.where("_fast").select("_offset").collect()}
-    assert set(range(len(standard))) <= fast, "standard Debezium records must all take the fast path"
+    if kind == "jvm":
+        assert set(range(len(standard))) <= fast, "standard Debezium records must all take the fast path"
+    else:  # the fallback leaves decimal bytes wider than 14 (decimal(38,0) here) to Python
+        narrow = {i for i, (_, v) in enumerate(standard) if v is None or b'"big":' not in v or b'"big":null' in v}
+        assert narrow <= fast and len(fast) > len(standard) // 2
     assert len(fast) < len(records), "the corpus must exercise the Python path too"
 
     # what the runner does (SQL, leftovers through Python) vs everything through Python
