@@ -1386,8 +1386,8 @@ def run_bronze(
     Why one stream per source: each writes one table with its own SQL pass (built once per
     run, not through py4j every micro-batch), and the queries run concurrently, so a 2-core
     machine works on two topics at once. A further query reads
-    `<prefix>.<schema>.*` topics no source declares and quarantines them
-    (`undeclared_topics=False` skips it, for a connector that captures tables other
+    `<prefix>.<schema>.*` topics no source declares and quarantines them, when Kafka holds
+    any (`undeclared_topics=False` skips it, for a connector that captures tables other
     pipelines own). Checkpoints: `<checkpoint>/<source>` (default base:
     `checkpoint_dir(lake, pipeline.name, "bronze")`).
 
