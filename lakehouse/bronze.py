@@ -135,12 +135,17 @@ class SqlPass:
 
     def apply(self, kafka: DataFrame) -> DataFrame:
         """Kafka rows -> decoded rows (rows without a `headers` column are read as header-less)."""
-        df = kafka
-        if self.headers and HEADERS not in df.columns:
-            df = df.withColumn(HEADERS, F.lit(None).cast("array<struct<key:string,value:binary>>"))
+        df = _with_headers(kafka, self.headers)
         for level in self.levels:
             df = df.select("*", *level)
         return df.select(*self.final)
+
+
+def _with_headers(kafka: DataFrame, headers: bool) -> DataFrame:
+    """Kafka rows for a pass built for `headers`: a missing `headers` column reads as none."""
+    if headers and HEADERS not in kafka.columns:
+        return kafka.withColumn(HEADERS, F.lit(None).cast("array<struct<key:string,value:binary>>"))
+    return kafka
 
 
 def _v(doc: SqlColumn, path: str) -> SqlColumn:
@@ -672,10 +677,7 @@ class JvmPass:
 
     def apply(self, kafka: DataFrame) -> DataFrame:
         """Kafka rows -> decoded rows (rows without a `headers` column are read as header-less)."""
-        df = kafka
-        if self.headers and HEADERS not in df.columns:
-            df = df.withColumn(HEADERS, F.lit(None).cast("array<struct<key:string,value:binary>>"))
-        return df.select(*self.decode).select(*self.final)
+        return _with_headers(kafka, self.headers).select(*self.decode).select(*self.final)
 
 
 def jvm_pass(source: Source, headers: bool = True) -> JvmPass:

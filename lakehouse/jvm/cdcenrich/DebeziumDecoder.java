@@ -574,13 +574,7 @@ public final class DebeziumDecoder implements UDF4<byte[], byte[], Integer, Long
       }
       return Instant.ofEpochSecond(Math.floorDiv(micros, 1_000_000L), Math.floorMod(micros, 1_000_000L) * 1000L);
     }
-    if (!raw.isTextual()) {
-      throw SLOW;
-    }
-    Matcher m = ISO_TIMESTAMP.matcher(raw.textValue());
-    if (!m.matches()) {
-      throw SLOW;
-    }
+    Matcher m = matched(raw, ISO_TIMESTAMP);
     int year = Integer.parseInt(m.group(1));
     if (year < 2 || year > 9998) {
       throw SLOW; // near the ends of the range Python's conversion to UTC can overflow
@@ -608,6 +602,18 @@ public final class DebeziumDecoder implements UDF4<byte[], byte[], Integer, Long
     }
   }
 
+  /** A JSON string wholly matching `pattern` (Java's `matches`: no trailing-newline leeway). */
+  static Matcher matched(JsonNode raw, Pattern pattern) throws Slow {
+    if (!raw.isTextual()) {
+      throw SLOW;
+    }
+    Matcher m = pattern.matcher(raw.textValue());
+    if (!m.matches()) {
+      throw SLOW;
+    }
+    return m;
+  }
+
   static LocalDate date(JsonNode raw) throws Slow {
     if (raw.isIntegralNumber()) {
       long days = integral(raw);
@@ -616,13 +622,7 @@ public final class DebeziumDecoder implements UDF4<byte[], byte[], Integer, Long
       }
       return LocalDate.ofEpochDay(days);
     }
-    if (!raw.isTextual()) {
-      throw SLOW;
-    }
-    Matcher m = ISO_DATE.matcher(raw.textValue());
-    if (!m.matches()) {
-      throw SLOW;
-    }
+    Matcher m = matched(raw, ISO_DATE);
     int year = Integer.parseInt(m.group(1));
     if (year < 1) {
       throw SLOW;
