@@ -432,18 +432,12 @@ def _value_schema(source: Source) -> StructType:
     )
 
 
-def decode_sql(source: Source, kafka: DataFrame) -> DataFrame:
-    """The SQL pass over Kafka rows of `source`'s topic: decoded columns, `_kafka_ts`, `_fast`.
-
-    Rows with `_fast` false carry meaningless decoded columns; `decode_python` decides them.
-    A record with the `__debezium.oldkey` header (a primary-key change, rare) is never fast:
-    Python decodes the header like a key. `_old_key_header` carries it to that pass.
-    """
-    return sql_pass(source, headers=HEADERS in kafka.columns).apply(kafka)
-
-
 def sql_pass(source: Source, headers: bool = True) -> SqlPass:
-    """`decode_sql`'s projections for `source` (Kafka rows with or without `headers`).
+    """The SQL pass for `source` (Kafka rows with or without `headers`): applied, it gives the
+    decoded columns, `_kafka_ts` and `_fast`. Rows with `_fast` false carry meaningless
+    decoded columns; `decode_python` decides them. A record with the `__debezium.oldkey`
+    header (a primary-key change, rare) is never fast: Python decodes the header like a key,
+    and `_old_key_header` carries it to that pass.
 
     Built once per source and JVM, then reused by every run in the process (a scheduled
     stream's restarts, `cdc-enrich run`'s cycles): the build is thousands of py4j calls.
@@ -693,7 +687,7 @@ def _build_jvm_pass(source: Source, headers: bool, _jvm: int) -> JvmPass:
     decode = (
         *[F.col(c) for c in KAFKA_COLUMNS],
         _old_key_header(headers).alias("_old_key_header"),
-        _decoder_call(source, [F.col("key"), F.col("value"), F.col("partition"), F.col("offset")]).alias("_d"),
+        _decoder_call(source).alias("_d"),
     )
     columns = {c: F.col(k) for k, c in zip(("topic", "partition", "offset", "key", "value"), _COORDINATES)}
     columns.update({column: F.col(f"_d.{name}") for name, column in _JVM_FIELDS if column is not None})
@@ -709,8 +703,8 @@ def _build_jvm_pass(source: Source, headers: bool, _jvm: int) -> JvmPass:
     return JvmPass(decode, final, headers)
 
 
-def _decoder_call(source: Source, args: list[SqlColumn]) -> SqlColumn:
-    """A column calling a new `DebeziumDecoder` for `source` on `args`."""
+def _decoder_call(source: Source) -> SqlColumn:
+    """A column calling a new `DebeziumDecoder` for `source` on key, value, partition, offset."""
     from pyspark import SparkContext
     from pyspark.sql.classic.column import Column as ClassicColumn
     from pyspark.sql.classic.column import _to_java_column
@@ -728,7 +722,7 @@ def _decoder_call(source: Source, args: list[SqlColumn]) -> SqlColumn:
     result_type = jvm.org.apache.spark.sql.types.DataType.fromJson(_jvm_result_schema(source).json())
     jcol = jvm.cdcenrich.DebeziumDecoder.column(
         strings(f"{c.name}:{c.type}" for c in source.columns), strings(source.primary_key), source.sequence,
-        result_type, *[_to_java_column(a) for a in args],
+        result_type, *[_to_java_column(F.col(c)) for c in ("key", "value", "partition", "offset")],
     )
     return ClassicColumn(jcol)
 
@@ -946,8 +940,9 @@ def ensure_bronze_tables(spark: SparkSession, pipeline: Pipeline) -> None:
     if all(k in _CHECKED for k in keys) and _all_exist(spark, [name for name, *_ in wanted]):
         return
     ensure_schemas(spark, pipeline)
-    for name, schema, comment, stats in wanted:
+    for (name, schema, comment, stats), key in zip(wanted, keys):
         _ensure_table(spark, name, schema, comment, stats)
+        _CHECKED.add(key)
 
 
 def _all_exist(spark: SparkSession, names: list[str]) -> bool:
@@ -986,19 +981,10 @@ def _checked_key(spark: SparkSession, name: str, schema: StructType, stats_colum
 
 
 def _ensure_table(spark: SparkSession, name: str, schema: StructType, comment: str, stats_columns: tuple[str, ...]) -> None:
-    stats = ",".join(stats_columns)
-    checked = _checked_key(spark, name, schema, stats_columns)
-    exists = spark.catalog.tableExists(name)
-    if exists and checked in _CHECKED:
-        return
-    _check_table(spark, name, schema, comment, stats, exists)
-    _CHECKED.add(checked)
-
-
-def _check_table(spark: SparkSession, name: str, schema: StructType, comment: str, stats: str, exists: bool) -> None:
     from delta.tables import DeltaTable
 
-    if not exists:
+    stats = ",".join(stats_columns)
+    if not spark.catalog.tableExists(name):
         (
             DeltaTable.createIfNotExists(spark)
             .tableName(name)
@@ -1179,16 +1165,11 @@ def _append(spark: SparkSession, rows: DataFrame, table: str, app_id: str, batch
     Only a batch the previous run planned but did not commit can be a replay
     (`uncommitted_batch`), so only then is the history read.
     """
-    tag = commit_tag(app_id, batch_id)
+    tag = f"{app_id}:{batch_id}"
     if replay_check and _committed(spark, table, tag):
         return False
     rows.write.format("delta").mode("append").option("userMetadata", tag).saveAsTable(table)
     return True
-
-
-def commit_tag(app_id: str, batch_id: int) -> str:
-    """The `userMetadata` of a bronze write: which stream (query id) and which micro-batch."""
-    return f"{app_id}:{batch_id}"
 
 
 def _committed(spark: SparkSession, table: str, tag: str) -> bool:
@@ -1385,8 +1366,8 @@ def run_bronze(
 ) -> BronzeReport:
     """Ingest the pipeline's Debezium topics into bronze: one streaming query per source.
 
-    Why one stream per source: each writes one table with its own SQL pass (built once per
-    run, not through py4j every micro-batch), and the queries run concurrently, so a 2-core
+    Why one stream per source: each writes one table with its own fast pass (built once per
+    source and process, not through py4j every micro-batch), and the queries run concurrently, so a 2-core
     machine works on two topics at once. A further query reads
     `<prefix>.<schema>.*` topics no source declares and quarantines them, when Kafka holds
     any (`undeclared_topics=False` skips it, for a connector that captures tables other
@@ -1423,8 +1404,8 @@ def run_bronze(
         handler = _SourceStream(pipeline, source, parser, report, lock, say)
         return handler, handler.frame(kafka_stream(spark, bootstrap, starting, max_offsets, topics=[source.topic]))
 
-    # Each source's SQL pass is thousands of py4j calls (about a second): built side by side,
-    # since each thread waits on its own JVM connection.
+    # A source's SQL pass is thousands of py4j calls (about a second) when first built, the
+    # JVM pass a few dozen: built side by side, since each thread waits on its own JVM connection.
     with ThreadPoolExecutor(max_workers=max(1, len(pipeline.sources))) as pool:
         plans: list[tuple[_Stream, DataFrame]] = list(pool.map(plan, pipeline.sources.values()))
     if undeclared_topics and undeclared_topics_exist(bootstrap, pipeline):

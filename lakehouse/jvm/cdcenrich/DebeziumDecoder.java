@@ -114,10 +114,18 @@ public final class DebeziumDecoder implements UDF4<byte[], byte[], Integer, Long
     }
   }
 
+  static final Col TS_MS = new Col("ts_ms", "bigint");
+  static final Col LSN = new Col("lsn", "bigint");
+  static final Col TX_ID = new Col("txId", "bigint");
+  static final Col FILE = new Col("file", "string");
+  static final Col POS = new Col("pos", "bigint");
+  static final Col ROW = new Col("row", "int");
+
   private final Col[] columns;
   private final Col[] primaryKey;
+  private final int[] primaryKeyPositions; // of each primary-key column among `columns`
   private final String sequence;
-  private final int resultWidth = 15;
+  private static final int RESULT_WIDTH = 15;
 
   /**
    * @param columns declared columns as "name:type" (types as in the pipeline file)
@@ -134,12 +142,14 @@ public final class DebeziumDecoder implements UDF4<byte[], byte[], Integer, Long
       byName.put(c.name, c);
     }
     this.primaryKey = new Col[primaryKey.length];
+    this.primaryKeyPositions = new int[primaryKey.length];
     for (int i = 0; i < primaryKey.length; i++) {
       Col c = byName.get(primaryKey[i]);
       if (c == null) {
         throw new IllegalArgumentException("primary key column " + primaryKey[i] + " is not declared");
       }
       this.primaryKey[i] = c;
+      this.primaryKeyPositions[i] = java.util.Arrays.asList(this.columns).indexOf(c);
     }
     if (!sequence.equals("postgres") && !sequence.equals("mysql") && !sequence.equals("ts_ms")) {
       throw new IllegalArgumentException("unknown sequence rule " + sequence);
@@ -164,7 +174,7 @@ public final class DebeziumDecoder implements UDF4<byte[], byte[], Integer, Long
     try {
       return RowFactory.create(decode(key, value, partition, offset));
     } catch (Slow | RuntimeException e) {
-      Object[] out = new Object[resultWidth];
+      Object[] out = new Object[RESULT_WIDTH];
       out[0] = Boolean.FALSE;
       return RowFactory.create(out);
     }
@@ -173,7 +183,7 @@ public final class DebeziumDecoder implements UDF4<byte[], byte[], Integer, Long
   // ------------------------------------------------------------------------- the record
 
   private Object[] decode(byte[] key, byte[] value, Integer partition, Long offset) throws Slow {
-    Object[] out = new Object[resultWidth];
+    Object[] out = new Object[RESULT_WIDTH];
     out[0] = Boolean.TRUE;
     Object[] keyRow = null;
     if (key != null) {
@@ -183,7 +193,7 @@ public final class DebeziumDecoder implements UDF4<byte[], byte[], Integer, Long
         keyHints = structFields(keyDoc.get("schema"));
         keyDoc = keyDoc.get("payload");
       }
-      keyRow = decodeKey(keyDoc, keyHints, mentionsMinusZero(key));
+      keyRow = decodeKey(keyDoc, keyHints, key);
       out[2] = RowFactory.create(keyRow);
     }
     if (value == null) {
@@ -219,9 +229,8 @@ public final class DebeziumDecoder implements UDF4<byte[], byte[], Integer, Long
       throw SLOW; // a truncate has no key, every other change has one
     }
     List<String> unavailable = new ArrayList<>();
-    boolean minusZero = mentionsMinusZero(value);
-    Object[] before = image(env, "before", valueSchema, keyRow, null, minusZero);
-    Object[] after = image(env, "after", valueSchema, keyRow, unavailable, minusZero);
+    Object[] before = image(env, "before", valueSchema, keyRow, null, value);
+    Object[] after = image(env, "after", valueSchema, keyRow, unavailable, value);
     if (truncate && (before != null || after != null)) {
       throw SLOW;
     }
@@ -234,19 +243,19 @@ public final class DebeziumDecoder implements UDF4<byte[], byte[], Integer, Long
     out[1] = op;
     out[3] = before == null ? null : RowFactory.create(before);
     out[4] = after == null ? null : RowFactory.create(after);
-    Long tsMs = (Long) typedField(src, "ts_ms", "bigint");
-    Long lsn = (Long) typedField(src, "lsn", "bigint");
+    Long tsMs = (Long) typedField(src, TS_MS);
+    Long lsn = (Long) typedField(src, LSN);
     out[5] = tsMs;
     out[6] = lsn;
-    out[7] = typedField(src, "txId", "bigint");
+    out[7] = typedField(src, TX_ID);
     out[8] = snapshot(src.get("snapshot"));
-    String file = (String) typedField(src, "file", "string");
-    Long pos = (Long) typedField(src, "pos", "bigint");
-    Integer rowNo = (Integer) typedField(src, "row", "int");
+    String file = (String) typedField(src, FILE);
+    Long pos = (Long) typedField(src, POS);
+    Integer rowNo = (Integer) typedField(src, ROW);
     out[9] = file;
     out[10] = pos;
     out[11] = rowNo;
-    out[12] = typedField(env, "ts_ms", "bigint");
+    out[12] = typedField(env, TS_MS);
     out[13] = unavailable.isEmpty() ? null : String.join(",", unavailable);
     out[14] = sequence(op, tsMs, lsn, file, pos, rowNo, partition, offset);
     return out;
@@ -340,7 +349,7 @@ public final class DebeziumDecoder implements UDF4<byte[], byte[], Integer, Long
     return false;
   }
 
-  private Object[] decodeKey(JsonNode doc, Map<String, String[]> hints, boolean minusZero) throws Slow {
+  private Object[] decodeKey(JsonNode doc, Map<String, String[]> hints, byte[] text) throws Slow {
     if (doc == null || !doc.isObject() || doc.size() != primaryKey.length) {
       throw SLOW;
     }
@@ -350,13 +359,13 @@ public final class DebeziumDecoder implements UDF4<byte[], byte[], Integer, Long
       if (raw == null || raw.isNull()) {
         throw SLOW;
       }
-      out[i] = convert(primaryKey[i], raw, hints == null ? null : hints.get(primaryKey[i].name), minusZero);
+      out[i] = convert(primaryKey[i], raw, hints == null ? null : hints.get(primaryKey[i].name), text);
     }
     return out;
   }
 
   private Object[] image(JsonNode env, String image, JsonNode schema, Object[] keyRow, List<String> unavailable,
-      boolean minusZero) throws Slow {
+      byte[] text) throws Slow {
     JsonNode doc = env.get(image);
     if (doc == null || doc.isNull()) {
       return null;
@@ -377,20 +386,14 @@ public final class DebeziumDecoder implements UDF4<byte[], byte[], Integer, Long
           unavailable.add(c.name);
         }
       } else {
-        out[i] = convert(c, raw, hints == null ? null : hints.get(c.name), minusZero);
+        out[i] = convert(c, raw, hints == null ? null : hints.get(c.name), text);
       }
     }
     if (keyRow == null) {
       throw SLOW;
     }
     for (int k = 0; k < primaryKey.length; k++) {
-      Object have = null;
-      for (int i = 0; i < columns.length; i++) {
-        if (columns[i] == primaryKey[k]) {
-          have = out[i];
-        }
-      }
-      if (!same(have, keyRow[k])) {
+      if (!same(out[primaryKeyPositions[k]], keyRow[k])) {
         throw SLOW;
       }
     }
@@ -407,12 +410,12 @@ public final class DebeziumDecoder implements UDF4<byte[], byte[], Integer, Long
     return a.equals(b);
   }
 
-  private static Object typedField(JsonNode doc, String name, String type) throws Slow {
-    JsonNode raw = doc.get(name);
+  private static Object typedField(JsonNode doc, Col field) throws Slow {
+    JsonNode raw = doc.get(field.name);
     if (raw == null || raw.isNull()) {
       return null;
     }
-    return convert(new Col(name, type), raw, null, false); // integers and strings only
+    return convert(field, raw, null, null); // integers and strings: no number text needed
   }
 
   private static String snapshot(JsonNode raw) throws Slow {
@@ -464,7 +467,8 @@ public final class DebeziumDecoder implements UDF4<byte[], byte[], Integer, Long
   // ------------------------------------------------------------------------- column values
 
   /** One non-null JSON value -> the Java value of the column's Spark type (convert_value). */
-  static Object convert(Col column, JsonNode raw, String[] hint, boolean minusZero) throws Slow {
+  /** `record`: the record's bytes, read only to tell a zero fraction's sign. */
+  static Object convert(Col column, JsonNode raw, String[] hint, byte[] record) throws Slow {
     String name = hint == null ? null : hint[0];
     String connectType = hint == null ? null : hint[1];
     switch (column.type) {
@@ -485,9 +489,9 @@ public final class DebeziumDecoder implements UDF4<byte[], byte[], Integer, Long
       case "bigint":
         return integral(raw);
       case "double":
-        return number(raw, Double.MAX_VALUE, minusZero);
+        return number(raw, Double.MAX_VALUE, record);
       case "float":
-        return (float) number(raw, FLOAT_MAX, minusZero);
+        return (float) number(raw, FLOAT_MAX, record);
       case "boolean":
         if (!raw.isBoolean()) {
           throw SLOW;
@@ -519,13 +523,13 @@ public final class DebeziumDecoder implements UDF4<byte[], byte[], Integer, Long
   }
 
   /** Python's float(int | Decimal): correctly rounded, rejected beyond the type's range. */
-  static double number(JsonNode raw, double limit, boolean minusZero) throws Slow {
+  static double number(JsonNode raw, double limit, byte[] record) throws Slow {
     String text;
     if (raw.isIntegralNumber()) {
       text = raw.bigIntegerValue().toString();
     } else if (raw.isBigDecimal()) {
       BigDecimal d = raw.decimalValue();
-      if (d.signum() == 0 && minusZero) {
+      if (d.signum() == 0 && (record == null || mentionsMinusZero(record))) {
         throw SLOW; // "-0.0" is -0.0 in Python; BigDecimal has no negative zero
       }
       text = d.toString();
