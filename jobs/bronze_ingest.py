@@ -51,7 +51,7 @@ def _bootstrap(args: argparse.Namespace, pipeline, lake) -> str:  # noqa: ANN001
         return pipeline.kafka.bootstrap_servers
     if os.environ.get(BOOTSTRAP_ENV):
         return os.environ[BOOTSTRAP_ENV]
-    from lakehouse.stack import bootstrap_servers
+    from devstack.broker import bootstrap_servers
 
     return bootstrap_servers(lake)
 
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         from lakehouse.bronze import run_bronze
-        from lakehouse.config import load_pipeline
+        from lakehouse.declaration import load_pipeline
         from lakehouse.paths import lake_root
         from lakehouse.spark import get_spark
 

@@ -35,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
 
-    from lakehouse.config import load_pipeline
+    from lakehouse.declaration import load_pipeline
     from lakehouse.errors import CdcEnrichError
     from lakehouse.paths import lake_root
     from lakehouse.spark import get_spark

@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        from lakehouse.config import load_pipeline
+        from lakehouse.declaration import load_pipeline
         from lakehouse.paths import lake_root
         from lakehouse.silver import run_silver
         from lakehouse.spark import ensure_schemas, get_spark

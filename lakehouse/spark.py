@@ -16,7 +16,7 @@ from pathlib import Path
 from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
 
-from lakehouse.config import Pipeline
+from lakehouse.declaration import Pipeline
 from lakehouse.errors import SetupError
 from lakehouse.paths import jars, lake_root
 

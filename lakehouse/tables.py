@@ -7,7 +7,7 @@ they never clash with a source's own columns.
 Writes: `delta_txn` tags every stage's Delta writes so that a replayed micro-batch is skipped.
 
 Sequence: one comparable `decimal(38,0)` per change, built from the source's rule
-(see `lakehouse.sequence`). Per key, the greatest sequence is current; equal means duplicate.
+(see `lakehouse.ordering`). Per key, the greatest sequence is current; equal means duplicate.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from pyspark.sql.types import (
     _parse_datatype_string,
 )
 
-from lakehouse.config import Pipeline, Source
+from lakehouse.declaration import Pipeline, Source
 
 SEQUENCE_TYPE = DecimalType(38, 0)
 

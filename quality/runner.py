@@ -34,7 +34,7 @@ from typing import Any, Iterable, Iterator, Sequence
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType, TimestampType
 
-from lakehouse.config import Pipeline
+from lakehouse.declaration import Pipeline
 from lakehouse.tables import quality_results_table
 from quality.suites import ERROR, WARNING, TableSuite, build_suites, sql_name
 

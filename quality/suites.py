@@ -26,7 +26,7 @@ from great_expectations.expectations.metadata_types import FailureSeverity
 from great_expectations.expectations.row_conditions import Column as Col
 from great_expectations.expectations.row_conditions import Condition
 
-from lakehouse.config import Pipeline, Source, View
+from lakehouse.declaration import Pipeline, Source, View
 from lakehouse.tables import (
     bronze_table,
     gold_table,

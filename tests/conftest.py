@@ -37,7 +37,7 @@ def shop_pipeline_path() -> Path:
 
 @pytest.fixture(scope="session")
 def shop_pipeline(shop_pipeline_path: Path):
-    from lakehouse.config import load_pipeline
+    from lakehouse.declaration import load_pipeline
 
     return load_pipeline(shop_pipeline_path)
 
@@ -47,7 +47,7 @@ def kafka_bootstrap(lake: Path) -> str:
     """A real Kafka broker on 127.0.0.1, started through the same stack code as the CLI."""
     import socket
 
-    from lakehouse.stack import broker_down, broker_up
+    from devstack.broker import broker_down, broker_up
 
     def free_pair() -> int:
         for _ in range(50):

@@ -32,9 +32,10 @@ import yaml
 from pyspark.sql import DataFrame, SparkSession
 
 from lakehouse import bronze
-from lakehouse.bench_ingest import isolated_pipeline
-from lakehouse.config import Pipeline, Source
-from lakehouse.debezium import UNAVAILABLE
+from lakehouse.bronze import parse as bronze_parse, runner as bronze_runner
+from testkit.bench.ingest import isolated_pipeline
+from lakehouse.declaration import Pipeline, Source
+from lakehouse.bronze.debezium import UNAVAILABLE
 from lakehouse.tables import bronze_schema, bronze_table, quarantine_schema, quarantine_table
 from test_debezium import REJECTIONS, THINGS, change, decimal_b64, dumps, image_of, key_of, pg_source, thing
 
@@ -226,7 +227,7 @@ def test_fast_pass_agrees_with_decode_record(spark: SparkSession, kind: str) -> 
     assert len(fast) < len(records), "the corpus must exercise the Python path too"
 
     # what the runner does (SQL, leftovers through Python) vs everything through Python
-    hybrid = bronze._fast_rows(sql).unionByName(bronze.decode_python(THINGS, bronze._slow_input(sql))).cache()
+    hybrid = bronze_parse._fast_rows(sql).unionByName(bronze.decode_python(THINGS, bronze_parse._slow_input(sql))).cache()
     python = bronze.decode_python(THINGS, kafka).cache()
     assert hybrid.count() == python.count() == len(records)
     difference = hybrid.exceptAll(python).union(python.exceptAll(hybrid))
@@ -302,7 +303,7 @@ def test_replayed_batch_writes_nothing_twice(spark: SparkSession, shop_pipeline:
         a crash that left this batch uncommitted (so it may be a replay)."""
         report = bronze.BronzeReport(pipeline.name, "-", "available_now", "hybrid", quarantine,
                                      tables={orders.name: bronze.TableReport(orders.name, table)})
-        handler = bronze._SourceStream(pipeline, orders, "hybrid", report, threading.Lock(), lambda _m: None)
+        handler = bronze_runner._SourceStream(pipeline, orders, "hybrid", report, threading.Lock(), lambda _m: None)
         handler.reset(replayable=batch_id)
         handler.bind(query_id)
         handler(handler.frame(batch), batch_id)
@@ -321,9 +322,9 @@ def test_replayed_batch_writes_nothing_twice(spark: SparkSession, shop_pipeline:
 
     # a crash in batch 1 after the fast pass's bronze write, before the Python pass wrote; then the replay
     decoded = bronze.fast_pass(spark, orders).apply(batch)
-    fast = bronze.bronze_rows(orders, bronze._fast_rows(decoded))
+    fast = bronze.bronze_rows(orders, bronze_parse._fast_rows(decoded))
     left_to_python = len(records) - 1 - fast.count()
-    assert bronze._append(spark, fast, table, "cdc-enrich-bronze-q1", 1, replay_check=True)
+    assert bronze_runner._append(spark, fast, table, "cdc-enrich-bronze-q1", 1, replay_check=True)
     replay = run(1)
     assert counts() == (2 * (len(records) - 1), 2)
     assert (replay.rows, replay.quarantined, replay.replayed_batches) == (left_to_python, 1, 1)
@@ -359,8 +360,8 @@ def test_the_fast_write_counts_the_records_and_those_left_for_python(spark: Spar
 
     def write(batch_id: int, replay_check: bool) -> dict[str, int] | None:
         decoded, observation = bronze.counted(bronze.fast_pass(spark, orders).apply(kafka), "count")
-        wrote = bronze._append(spark, bronze.bronze_rows(orders, bronze._fast_rows(decoded)), table, "app-a", batch_id, replay_check)
-        return bronze._observed(observation) if wrote else None
+        wrote = bronze_runner._append(spark, bronze.bronze_rows(orders, bronze_parse._fast_rows(decoded)), table, "app-a", batch_id, replay_check)
+        return bronze_runner._observed(observation) if wrote else None
 
     assert write(0, replay_check=True) == {"records": len(records), "slow": 1}
     assert write(0, replay_check=True) is None  # a replay: Delta skipped it, nothing counted
@@ -429,7 +430,7 @@ def _fuzz(pipeline: Pipeline, rng: random.Random) -> list[tuple[str, bytes | Non
 
 
 def _create_topics(bootstrap: str, pipeline: Pipeline, extra: tuple[str, ...] = ()) -> None:
-    from lakehouse.stack import create_topics
+    from devstack.broker import create_topics
 
     topics = list(pipeline.topics) + list(extra)
     create_topics(bootstrap, topics[:1], partitions=2)  # one topic with two partitions
@@ -449,7 +450,7 @@ def test_fuzzed_traffic_through_kafka_bronze_plus_quarantine_is_everything(spark
     outside = f"{pipeline.kafka.topic_prefix}.other"  # not <prefix>.<schema>.*: never subscribed
     _create_topics(kafka_bootstrap, pipeline, (outside,))
     assert not bronze.undeclared_topics_exist(kafka_bootstrap, pipeline)  # no undeclared stream needed
-    from lakehouse.stack import create_topics
+    from devstack.broker import create_topics
 
     create_topics(kafka_bootstrap, [ghost], partitions=1)
     assert bronze.undeclared_topics_exist(kafka_bootstrap, pipeline)
@@ -492,7 +493,7 @@ def _table_rows_all(spark: SparkSession, pipeline: Pipeline) -> list[tuple]:
 
 def _pipeline_file(shop_pipeline: Pipeline, directory: Path, tag: str) -> tuple[Path, Pipeline]:
     """A copy of the shop pipeline file with its own name, topic prefix and schemas."""
-    from lakehouse.config import load_pipeline
+    from lakehouse.declaration import load_pipeline
 
     raw = yaml.safe_load((REPO / "schemas" / "shop" / "pipeline.yml").read_text())
     raw["name"] = f"shop_{tag}"
@@ -596,7 +597,7 @@ def _plain(value: Any) -> Any:
 
 @pytest.mark.kafka
 def test_simulated_workload_end_to_end(spark: SparkSession, shop_pipeline: Pipeline, kafka_bootstrap: str, lake: Path) -> None:
-    simulator = pytest.importorskip("lakehouse.simulator", reason="lakehouse/simulator.py is not there yet")
+    simulator = pytest.importorskip("testkit.simulator", reason="lakehouse/simulator.py is not there yet")
     pipeline = isolated_pipeline(shop_pipeline, "sim" + _tag())
     sim = simulator.simulate(pipeline, seed=4, events=300, schemas_enabled=True)
     produced = simulator.produce(sim.records, kafka_bootstrap)
@@ -614,8 +615,8 @@ def test_simulated_workload_end_to_end(spark: SparkSession, shop_pipeline: Pipel
 
 
 def test_bench_smoke(spark: SparkSession, shop_pipeline: Pipeline, kafka_bootstrap: str, lake: Path) -> None:
-    pytest.importorskip("lakehouse.simulator", reason="the benchmark produces simulated events")
-    from lakehouse.bench_ingest import bench_ingest
+    pytest.importorskip("testkit.simulator", reason="the benchmark produces simulated events")
+    from testkit.bench.ingest import bench_ingest
 
     result = bench_ingest(spark, shop_pipeline, lake, kafka_bootstrap, events=150, warm_rounds=1)
     assert result["records"] > 150 and result["cold_records"] > 150

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from lakehouse.config import load_pipeline, parse_pipeline
+from lakehouse.declaration import load_pipeline, parse_pipeline
 from lakehouse.errors import PipelineConfigError
 
 GOOD = """\
@@ -117,7 +117,7 @@ def test_a_missing_file_says_which(tmp_path: Path):
 
 
 def test_cli_rejects_a_bad_file_before_any_job_starts(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
-    from lakehouse.cli import main
+    from cdc_enrich.cli import main
 
     bad = tmp_path / "pipeline.yml"
     bad.write_text(GOOD.replace("references: customers", "references: clients"))

@@ -1,4 +1,4 @@
-"""Decoding one Debezium record (lakehouse.debezium): pure Python, no Spark, no Kafka.
+"""Decoding one Debezium record (lakehouse.bronze.debezium): pure Python, no Spark, no Kafka.
 
 Messages are built here the way Debezium 3.6's PostgreSQL connector writes them through
 Kafka Connect's JsonConverter (decimal.handling.mode=precise, time.precision.mode=adaptive),
@@ -18,8 +18,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lakehouse.config import Column, Source
-from lakehouse.debezium import (
+from lakehouse.declaration import Column, Source
+from lakehouse.bronze.debezium import (
     DECODED_COLUMNS,
     OLD_KEY_HEADER,
     TOMBSTONE,
@@ -439,7 +439,7 @@ def test_undeclared_topic(shop_pipeline) -> None:
 
 def test_simulator_codec_output_decodes_if_present() -> None:
     """Cross-check with the simulator's encoder (another implementation of the wire format)."""
-    codec_mod = pytest.importorskip("lakehouse.debezium_format")
+    codec_mod = pytest.importorskip("testkit.debezium_format")
     codec = codec_mod.EnvelopeCodec(THINGS, "t.public.things", schemas_enabled=True)
     info = codec_mod.source_info(server="t", db="shop", schema="public", table="things", commit_us=1_767_225_600_000_000,
                                  snapshot="false", lsn=4242, last_commit_lsn=4000, tx_id=9)

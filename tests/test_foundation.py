@@ -11,10 +11,10 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 
-from lakehouse.cli import render_rows
+from cdc_enrich.cli import render_rows
 from lakehouse.paths import checkpoint_dir
 
-CLI = [sys.executable, "-m", "lakehouse.cli"]
+CLI = [sys.executable, "-m", "cdc_enrich.cli"]
 
 
 def run_cli(*args: str, lake: Path) -> subprocess.CompletedProcess[str]:

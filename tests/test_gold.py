@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
-from lakehouse.config import Pipeline, parse_pipeline
+from lakehouse.declaration import Pipeline, parse_pipeline
 from lakehouse.gold import (
     ROW_HASH,
     affected_base_keys,
@@ -27,10 +27,11 @@ from lakehouse.gold import (
     subscription_updates,
     view_plan,
 )
-from lakehouse.oracle import Change, apply_silver_changes, create_silver_current, oracle_sql, oracle_view, silver_live_state
+from lakehouse.verify.oracle import oracle_sql, oracle_view, silver_live_state
+from testkit.reference_silver import Change, apply_silver_changes, create_silver_current
 from lakehouse.paths import checkpoint_dir
 from lakehouse.tables import gold_table, subscription_table
-from lakehouse.verify import diff_frames, verify_pipeline
+from lakehouse.verify.views import diff_frames, verify_pipeline
 
 
 def variant(pipeline: Pipeline, name: str | None = None) -> Pipeline:
@@ -357,7 +358,7 @@ def test_verify_reports_missing_extra_different_and_stale_rows(spark, lake: Path
 
 def test_gold_refresh_job_runs_one_view(spark, lake: Path, shop_pipeline_path: Path, tmp_path: Path):
     from jobs.gold_refresh import main
-    from lakehouse.config import load_pipeline
+    from lakehouse.declaration import load_pipeline
 
     token = uuid.uuid4().hex[:6]
     text = shop_pipeline_path.read_text().replace("shop_silver", f"job_{token}_silver").replace("shop_gold", f"job_{token}_gold")
@@ -376,8 +377,8 @@ def test_end_to_end_through_the_silver_stage(spark, lake: Path, shop_pipeline: P
     """Bronze rows -> the real silver stage (run_silver) -> gold -> verify: the tables' contract holds."""
     from delta.tables import DeltaTable
 
-    from lakehouse.bench_silver import BronzeChange, bronze_frame
-    from lakehouse.sequence import postgres_sequence
+    from testkit.bench.silver import BronzeChange, bronze_frame
+    from lakehouse.ordering import postgres_sequence
     from lakehouse.silver import run_silver
     from lakehouse.tables import bronze_schema, bronze_table
 
@@ -420,7 +421,7 @@ def test_end_to_end_through_the_silver_stage(spark, lake: Path, shop_pipeline: P
 
 def test_bench_gold_smoke(spark, lake: Path, shop_pipeline: Pipeline):
     """The gold benchmark runs end to end on a small view: figures present, gold equal to the recompute."""
-    from lakehouse.bench_gold import bench_gold
+    from testkit.bench.gold import bench_gold
 
     result = bench_gold(spark, shop_pipeline, lake / "bench", fact_rows=2000, fractions=(0.05,))
     assert result["gold_equals_full_recompute"] is True

@@ -31,11 +31,12 @@ from typing import Any
 
 import pytest
 
-from lakehouse.config import Pipeline, parse_pipeline
+from lakehouse.declaration import Pipeline, parse_pipeline
 from lakehouse.gold import run_gold, view_plan
-from lakehouse.oracle import Change, apply_silver_changes, create_silver_current, oracle_view, silver_live_state
+from lakehouse.verify.oracle import oracle_view, silver_live_state
+from testkit.reference_silver import Change, apply_silver_changes, create_silver_current
 from lakehouse.tables import gold_table
-from lakehouse.verify import diff_frames, stale_lineage
+from lakehouse.verify.views import diff_frames, stale_lineage
 
 SEEDS = int(os.environ.get("CDC_ENRICH_GOLD_SEEDS", "60"))
 ROUNDS = int(os.environ.get("CDC_ENRICH_GOLD_ROUNDS", "3"))

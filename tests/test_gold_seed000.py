@@ -20,9 +20,10 @@ from typing import Any
 
 import pytest
 
-from lakehouse.config import Pipeline, parse_pipeline
+from lakehouse.declaration import Pipeline, parse_pipeline
 from lakehouse.gold import run_gold
-from lakehouse.oracle import Change, apply_silver_changes, create_silver_current, oracle_view, silver_live_state
+from lakehouse.verify.oracle import oracle_view, silver_live_state
+from testkit.reference_silver import Change, apply_silver_changes, create_silver_current
 from lakehouse.tables import gold_table
 
 PIPELINE = """

@@ -1,11 +1,11 @@
 """End to end against a real PostgreSQL and a real Debezium connector: the database is the truth.
 
-A private PostgreSQL cluster (lakehouse.postgres), Debezium's PostgreSQL connector on a Kafka
-Connect standalone worker (lakehouse.connect) writing to the session's Kafka broker, a DML
-workload from two connections (lakehouse.pg_workload), then bronze -> silver -> gold drained with
-availableNow, and gold/silver compared with the database itself (lakehouse.verify_postgres).
+A private PostgreSQL cluster (devstack.postgres), Debezium's PostgreSQL connector on a Kafka
+Connect standalone worker (devstack.connect) writing to the session's Kafka broker, a DML
+workload from two connections (testkit.pg_workload), then bronze -> silver -> gold drained with
+availableNow, and gold/silver compared with the database itself (lakehouse.verify.postgres).
 
-Also: real Debezium records compared, shape by shape, with what lakehouse.simulator produces.
+Also: real Debezium records compared, shape by shape, with what testkit.simulator produces.
 
 Knobs: CDC_ENRICH_PG_E2E_TRANSACTIONS (default 10000) sets the workload size;
 CDC_ENRICH_PG_E2E_MID_DRAIN=1 adds a bronze -> silver -> gold round in the middle of the run.
@@ -23,8 +23,8 @@ from typing import Any, Iterator
 
 import pytest
 
-from lakehouse.config import Pipeline, parse_pipeline
-from lakehouse.procs import free_port
+from lakehouse.declaration import Pipeline, parse_pipeline
+from devstack.procs import free_port
 
 TRANSACTIONS = int(os.environ.get("CDC_ENRICH_PG_E2E_TRANSACTIONS", "10000"))
 # One extra bronze -> silver -> gold round while the workload is half done (gold maintained
@@ -40,7 +40,7 @@ pytestmark = pytest.mark.kafka
 
 def _missing_prerequisite() -> str | None:
     """Why this module cannot run here (None: it can): PostgreSQL binaries, the Connect jars."""
-    from lakehouse import postgres
+    from devstack import postgres
     from lakehouse.errors import StackError
     from lakehouse.paths import jars
 
@@ -56,7 +56,7 @@ def _missing_prerequisite() -> str | None:
 @pytest.fixture(scope="module")
 def pg_lake(lake: Path) -> Iterator[Path]:
     """A PostgreSQL cluster under the session lake, stopped at the end of the module."""
-    from lakehouse.postgres import postgres_down, postgres_up
+    from devstack.postgres import postgres_down, postgres_up
 
     reason = _missing_prerequisite()
     if reason:
@@ -81,7 +81,7 @@ def _variant(pipeline_path: Path, name: str) -> Pipeline:
 
 def test_view_sql_for_postgres_follows_the_declared_joins(shop_pipeline: Pipeline) -> None:
     """The view's join as PostgreSQL runs it: left-deep, ON referenced pk = parent fk column."""
-    from lakehouse.verify_postgres import postgres_view_sql, view_key_columns
+    from lakehouse.verify.postgres import postgres_view_sql, view_key_columns
 
     sql = postgres_view_sql(shop_pipeline, "order_items_enriched")
     assert 'FROM "public"."order_items" AS "order_items"' in sql
@@ -99,8 +99,8 @@ def test_compare_rows_reports_both_directions_values_and_checksums() -> None:
     from datetime import datetime
     from decimal import Decimal
 
-    from lakehouse.config import Column
-    from lakehouse.verify_postgres import compare_rows
+    from lakehouse.declaration import Column
+    from lakehouse.verify.postgres import compare_rows
 
     cols = [Column("id", "bigint"), Column("price", "decimal(10,2)"), Column("at", "timestamp")]
     pg = [(1, Decimal("1.5"), datetime(2026, 1, 1, 0, 0, 0, 1)), (2, Decimal("2.00"), None)]
@@ -121,7 +121,7 @@ def test_postgres_lifecycle_is_idempotent_and_pid_owned(pg_lake: Path) -> None:
     import psycopg
 
     from lakehouse.errors import StackError
-    from lakehouse.postgres import dsn, postgres_status, postgres_up
+    from devstack.postgres import dsn, postgres_status, postgres_up
 
     first = postgres_status(pg_lake)
     again = postgres_up(pg_lake)
@@ -217,7 +217,7 @@ def shape_differences(pipeline: Pipeline, real: list[Any], simulated: list[Any])
 
     Per category (table, op, variant) and shape field: a value the real connector sent that no
     simulated record of the category has is a difference."""
-    from lakehouse.simulator import load_workload
+    from testkit.simulator import load_workload
 
     workload = load_workload(pipeline)
     toast = {s.name: workload.hints(s).toast for s in pipeline.sources.values() if s.replica_identity == "default"}
@@ -299,10 +299,10 @@ def test_real_debezium_records_have_the_simulators_shapes(pg_lake: Path, kafka_b
     contents, value encodings (decimal as base64 string, timestamp/date as numbers), sequence."""
     import psycopg
 
-    from lakehouse.connect import connect_down, connect_up, wait_until_streaming
-    from lakehouse.pg_workload import create_schema, seed_database
-    from lakehouse.postgres import dsn, postgres_up
-    from lakehouse.simulator import simulate
+    from devstack.connect import connect_down, connect_up, wait_until_streaming
+    from testkit.pg_workload import create_schema, seed_database
+    from devstack.postgres import dsn, postgres_up
+    from testkit.simulator import simulate
 
     pipeline = _variant(shop_pipeline_path, "shapes")
     postgres_up(pg_lake, database="shapes")
@@ -355,7 +355,7 @@ def _scripted_changes(conn: Any) -> None:
 
 def _stage_missing() -> str | None:
     from lakehouse.errors import CdcEnrichError
-    from lakehouse.verify_postgres import stage_functions
+    from lakehouse.verify.postgres import stage_functions
 
     try:
         stage_functions()
@@ -375,12 +375,12 @@ def test_gold_equals_postgres_with_a_real_connector_restarted_mid_run(
     missing = _stage_missing()
     if missing:
         pytest.skip(missing)
-    from lakehouse.connect import connect_down, connect_status, connect_up, wait_until_streaming
-    from lakehouse.pg_workload import run_workload, seed_database
-    from lakehouse.postgres import dsn, postgres_up
+    from devstack.connect import connect_down, connect_status, connect_up, wait_until_streaming
+    from testkit.pg_workload import run_workload, seed_database
+    from devstack.postgres import dsn, postgres_up
     from lakehouse.spark import ensure_schemas
     from lakehouse.tables import bronze_table
-    from lakehouse.verify_postgres import stage_functions, verify_against_postgres
+    from lakehouse.verify.postgres import stage_functions, verify_against_postgres
 
     timings: dict[str, float] = {}
     started = time.monotonic()

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from pyspark.sql.types import StructType
 
-from lakehouse.config import Pipeline, Source, View, parse_pipeline
+from lakehouse.declaration import Pipeline, Source, View, parse_pipeline
 from lakehouse.tables import (
     SEQUENCE_TYPE,
     bronze_schema,

@@ -1,6 +1,6 @@
 """Versioned silver tables, as a specification: one test per rule of lakehouse.silver.
 
-Bronze input is built directly in the `bronze_schema(source)` layout (lakehouse.bench_silver's
+Bronze input is built directly in the `bronze_schema(source)` layout (testkit.bench.silver's
 builder), either appended to a bronze Delta table and streamed (`run_silver`), or handed to
 `apply_batch` as one micro-batch with an explicit batch id. Real Delta tables throughout; every
 test works in its own bronze/silver schemas.
@@ -23,9 +23,9 @@ import pytest
 from delta.tables import DeltaTable
 from pyspark.sql import functions as F
 
-from lakehouse.bench_silver import BronzeChange, bronze_frame
-from lakehouse.config import Pipeline, Source
-from lakehouse.sequence import postgres_sequence
+from testkit.bench.silver import BronzeChange, bronze_frame
+from lakehouse.declaration import Pipeline, Source
+from lakehouse.ordering import postgres_sequence
 from lakehouse.silver import (
     SilverStats,
     apply_batch,
@@ -624,7 +624,7 @@ def test_job_entry_point_applies_the_named_source(make_env, tmp_path, shop_pipel
 
 
 def test_a_column_added_upstream_is_added_to_silver(make_env):
-    from lakehouse.config import Column
+    from lakehouse.declaration import Column
 
     env = make_env()
     env.apply(0, ev("c", 1, product(1, "before")))

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from lakehouse.config import Pipeline
-from lakehouse.simulator import produce, simulate
+from lakehouse.declaration import Pipeline
+from testkit.simulator import produce, simulate
 from test_bronze import REPO, _pipeline_file, _tag
 
 # ~6 min on 2 cores (four Spark jobs as subprocesses): `make test-slow`

@@ -27,10 +27,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lakehouse.config import Pipeline, Source, parse_pipeline
-from lakehouse.debezium_format import OLD_KEY_HEADER, default_partition, encode_decimal, murmur2
+from lakehouse.declaration import Pipeline, Source, parse_pipeline
+from testkit.debezium_format import OLD_KEY_HEADER, default_partition, encode_decimal, murmur2
 from lakehouse.errors import PipelineConfigError
-from lakehouse.simulator import KafkaRecord, Simulation, load_workload, produce, read_truth, simulate, write_truth
+from testkit.simulator import KafkaRecord, Simulation, load_workload, produce, read_truth, simulate, write_truth
 
 PLACEHOLDER = "__debezium_unavailable_value"
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -186,7 +186,7 @@ def test_same_bytes_in_another_process_with_another_hash_seed(shop_pipeline: Pip
     """No iteration over hash-ordered sets anywhere: PYTHONHASHSEED must not matter."""
     code = (
         "import sys, hashlib; sys.path.insert(0, sys.argv[1]);"
-        "from lakehouse.config import load_pipeline; from lakehouse.simulator import simulate;"
+        "from lakehouse.declaration import load_pipeline; from testkit.simulator import simulate;"
         "recs = simulate(load_pipeline(sys.argv[2]), seed=5, events=400, chaos='heavy').records;"
         "h = hashlib.sha256(repr([(r.topic, r.key, r.value, r.headers, r.partition) for r in recs]).encode());"
         "print(h.hexdigest())"
@@ -637,7 +637,7 @@ def test_truth_files_round_trip(heavy: Simulation, tmp_path: Path) -> None:
 
 
 def test_truth_frames_are_typed_for_spark(spark, shop_pipeline: Pipeline, tmp_path: Path) -> None:
-    from lakehouse.simulator import read_truth_frames
+    from testkit.simulator import read_truth_frames
     from lakehouse.tables import row_struct
 
     sim = simulate(shop_pipeline, seed=1, events=60)

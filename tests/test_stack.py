@@ -1,4 +1,4 @@
-"""The local Kafka broker (lakehouse.stack) against a real KRaft broker from the Maven jars; no mocks.
+"""The local Kafka broker (devstack.broker) against a real KRaft broker from the Maven jars; no mocks.
 
 One broker per module (start-up costs a few seconds), on a free port pair rather than 19092, so a
 developer's own broker is never touched. Teardown always stops what the module started.
@@ -17,7 +17,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 
 from lakehouse.errors import StackError
-from lakehouse.stack import (
+from devstack.broker import (
     BrokerStatus,
     bootstrap_servers,
     broker_down,

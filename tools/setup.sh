@@ -18,6 +18,10 @@ if [ ! -f "$py_stamp" ] || [ ! -x .venv/bin/python ]; then
   .venv/bin/pip install -q --disable-pip-version-check -e ".[dev]"
   rm -f .cache/venv.*; touch "$py_stamp"
 fi
+# The checkout's development packages (devstack/, testkit/) are not in the wheel: a .pth puts the
+# checkout on the venv's path so that the CLI, the tests and the benchmarks find them anywhere.
+site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+[ "$(cat "$site/cdc_enrich_checkout.pth" 2>/dev/null)" = "$ROOT" ] || echo "$ROOT" > "$site/cdc_enrich_checkout.pth"
 
 # 2. JVM jars: resolved by Maven into a staging folder, then only what pyspark lacks is kept
 #    (the pyspark wheel already ships Hadoop, Parquet, Jackson, Scala; two copies would clash).
@@ -49,7 +53,7 @@ resolve kafka
 resolve connect
 
 # 3. PostgreSQL server binaries, for the end-to-end test against a real database and Debezium
-#    (lakehouse/postgres.py runs its own cluster under the lake; no system service is used).
+#    (devstack/postgres.py runs its own cluster under the lake; no system service is used).
 if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
   if [ "$(id -u)" != 0 ]; then
     echo "setup: PostgreSQL server binaries are missing (/usr/lib/postgresql/*/bin/initdb) and installing them needs root:" >&2

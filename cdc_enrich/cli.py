@@ -1,0 +1,409 @@
+"""`cdc-enrich`: one entry point dispatching to documented tasks.
+
+Spark is started lazily, only by the subcommands that need it, so `stack` and `simulate`
+answer in a second. Every subcommand takes `--lake DIR` (default ./.lake, env
+CDC_ENRICH_LAKE), the root of every local table, checkpoint and broker file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from lakehouse.errors import CdcEnrichError
+from lakehouse.paths import REPO_ROOT, lake_root
+from cdc_enrich.render import render_rows, show_query  # noqa: F401 (part of the CLI's API)
+
+DEFAULT_PIPELINE = REPO_ROOT / "schemas" / "shop" / "pipeline.yml"
+STAGES = ("bronze", "silver", "gold", "quality")
+
+
+def _say(message: str) -> None:
+    print(message, flush=True)
+
+
+# --------------------------------------------------------------------------- shared pieces
+
+
+def _pipeline(args: argparse.Namespace):
+    from lakehouse.declaration import load_pipeline
+
+    return load_pipeline(args.pipeline)
+
+
+def _spark(args: argparse.Namespace):
+    from lakehouse.spark import get_spark
+
+    return get_spark(args.lake)
+
+
+def _bootstrap(args: argparse.Namespace, pipeline: Any | None = None) -> str:
+    """Kafka to read: --bootstrap, then env, then the pipeline file, then the local stack."""
+    if getattr(args, "bootstrap", None):
+        return args.bootstrap
+    if os.environ.get("CDC_ENRICH_KAFKA_BOOTSTRAP"):
+        return os.environ["CDC_ENRICH_KAFKA_BOOTSTRAP"]
+    if pipeline is not None and pipeline.kafka.bootstrap_servers:
+        return pipeline.kafka.bootstrap_servers
+    from devstack.broker import broker_status
+
+    status = broker_status(lake_root(args.lake))
+    if not status.running:
+        raise CdcEnrichError(
+            "no Kafka broker to talk to: start the local one with `cdc-enrich stack up`, or pass "
+            "--bootstrap HOST:PORT (or set CDC_ENRICH_KAFKA_BOOTSTRAP)"
+        )
+    return status.bootstrap
+
+
+# --------------------------------------------------------------------------- subcommands
+
+
+def cmd_stack(args: argparse.Namespace) -> int:
+    """Start, stop or report the local stack: a single-node Kafka broker (KRaft), and with
+    --with-postgres a PostgreSQL cluster plus Debezium's connector (Kafka Connect standalone)."""
+    from devstack import broker as stack
+
+    lake = lake_root(args.lake)
+    if args.action == "up":
+        status = stack.broker_up(lake, port=args.port)
+        _say(f"kafka: {status.describe()}")
+        if args.with_postgres:
+            _postgres_up(args, lake, status.bootstrap)
+        return 0
+    if args.action == "down":
+        if args.with_postgres or (lake / "stack" / "postgres").exists():
+            from devstack.connect import connect_down
+            from devstack.postgres import postgres_down
+
+            _say("connect: stopped" if connect_down(lake) else "connect: was not running")
+            _say("postgres: stopped" if postgres_down(lake) else "postgres: was not running")
+        stopped = stack.broker_down(lake)
+        _say("kafka: stopped" if stopped else "kafka: was not running (nothing started by `stack up` here)")
+        return 0
+    status = stack.broker_status(lake)
+    _say(f"kafka: {status.describe()}")
+    running = status.running
+    if args.with_postgres or (lake / "stack" / "postgres").exists():
+        from devstack.connect import connect_status
+        from devstack.postgres import postgres_status
+
+        pg, connect = postgres_status(lake), connect_status(lake)
+        _say(f"postgres: {pg.describe()}")
+        _say(f"connect: {connect.describe()}")
+        running = running and pg.running and connect.running
+    return 0 if running else 3
+
+
+def _postgres_up(args: argparse.Namespace, lake: Path, bootstrap: str) -> None:
+    """PostgreSQL with the pipeline's schema, then Debezium capturing it into the broker."""
+    from devstack import connect, postgres
+    from testkit import pg_workload
+
+    pipeline = _pipeline(args)
+    pg = postgres.postgres_up(lake, database=pipeline.name)
+    _say(f"postgres: {pg.describe()}")
+    dsn = postgres.dsn(lake, database=pipeline.name)
+    pg_workload.create_schema(dsn, pipeline)
+    status = connect.connect_up(lake, pipeline, bootstrap, dsn)
+    _say(f"connect: {status.describe()}")
+    connect.wait_until_streaming(dsn, pipeline)
+    _say("connect: Debezium snapshot done, streaming")
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    """Produce a Debezium-faithful OLTP workload to Kafka and record the source truth."""
+    from testkit import simulator
+
+    pipeline = _pipeline(args)
+    started = time.monotonic()
+    if args.target == "postgres":
+        return _simulate_postgres(args, pipeline)
+    sim = simulator.simulate(
+        pipeline,
+        seed=args.seed,
+        scale=args.scale,
+        events=args.events,
+        chaos=args.chaos,
+        schemas_enabled=args.schemas_enabled,
+        partitions=args.partitions,
+    )
+    truth_dir = Path(args.truth) if args.truth else lake_root(args.lake) / "truth" / pipeline.name
+    simulator.write_truth(sim, truth_dir)
+    if args.dry_run:
+        _say(f"simulate: {len(sim.records)} records generated (dry run, nothing produced); truth in {truth_dir}")
+        return 0
+    bootstrap = _bootstrap(args, pipeline)
+    count = simulator.produce(
+        sim.records, bootstrap, rate=args.rate, progress=lambda n: _say(f"simulate: produced {n} records")
+    )
+    took = time.monotonic() - started
+    _say(f"simulate: produced {count} records to {bootstrap} in {took:.1f}s (seed {args.seed}, chaos {args.chaos})")
+    for table, rows in sorted(sim.truth.items()):
+        _say(f"  truth {table}: {len(rows)} rows")
+    _say(f"  truth written to {truth_dir}")
+    return 0
+
+
+def _simulate_postgres(args: argparse.Namespace, pipeline: Any) -> int:
+    """Real DML against the stack's PostgreSQL (Debezium captures it; no truth file needed)."""
+    from devstack import postgres
+    from testkit import pg_workload
+
+    dsn = postgres.dsn(lake_root(args.lake), database=pipeline.name)
+    if args.initial:
+        _say(pg_workload.seed_database(dsn, pipeline, args.seed, scale=args.scale).render())
+    stats = pg_workload.run_workload(dsn, pipeline, args.events, args.seed, rate=args.rate)
+    _say(stats.render())
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Run pipeline stages: bronze ingest, silver apply, gold refresh, quality checks."""
+    pipeline = _pipeline(args)
+    stages = STAGES if args.stage == "all" else (args.stage,)
+    spark = _spark(args)
+    from lakehouse.spark import ensure_schemas
+
+    ensure_schemas(spark, pipeline)
+    lake = lake_root(args.lake)
+    failed = []
+    for stage in stages:
+        started = time.monotonic()
+        report = run_stage(stage, spark, pipeline, lake, args)
+        _say(f"{stage}: done in {time.monotonic() - started:.1f}s")
+        if report is not None and hasattr(report, "render"):
+            _say(report.render())
+        if getattr(report, "ok", True) is False:
+            failed.append(stage)
+    if failed:
+        _say(f"run: {', '.join(failed)} reported failures (see above)")
+    return 1 if failed else 0
+
+
+def run_stage(stage: str, spark: Any, pipeline: Any, lake: Path, args: argparse.Namespace) -> Any:
+    progress: Callable[[str], None] = lambda message: _say(f"  {message}")
+    trigger = getattr(args, "trigger", None) or pipeline.options.trigger
+    if stage == "bronze":
+        from lakehouse.bronze import run_bronze
+
+        return run_bronze(spark, pipeline, lake, _bootstrap(args, pipeline), trigger=trigger, progress=progress)
+    if stage == "silver":
+        from lakehouse.silver import run_silver
+
+        return run_silver(spark, pipeline, lake, trigger=trigger, progress=progress)
+    if stage == "gold":
+        from lakehouse.gold import run_gold
+
+        return run_gold(spark, pipeline, lake, trigger=trigger, progress=progress)
+    if stage == "quality":
+        from quality.runner import run_quality
+
+        return run_quality(spark, pipeline, lake)
+    raise CdcEnrichError(f"unknown stage {stage!r}; expected one of {', '.join(STAGES)}")
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    """Recompute every gold view as a plain SQL join and compare it with gold."""
+    from lakehouse.verify.views import verify_pipeline
+
+    pipeline = _pipeline(args)
+    if args.against == "postgres":
+        from devstack import postgres
+        from lakehouse.verify.postgres import verify_against_postgres
+
+        lake = lake_root(args.lake)
+        pg_report = verify_against_postgres(
+            _spark(args), pipeline, postgres.dsn(lake, database=pipeline.name), lake,
+            timeout_s=args.timeout, bootstrap=_bootstrap(args, pipeline), progress=_say,
+        )
+        _say(pg_report.render())
+        return 0 if pg_report.ok else 1
+    truth = Path(args.truth) if args.truth else None
+    if truth is None and not args.from_silver:
+        default = lake_root(args.lake) / "truth" / pipeline.name
+        truth = default if default.is_dir() else None
+    report = verify_pipeline(_spark(args), pipeline, truth_dir=truth, views=args.view or None)
+    _say(report.render())
+    return 0 if report.ok else 1
+
+
+def cmd_sql(args: argparse.Namespace) -> int:
+    """Run a Spark SQL query (Delta time travel included) and print the result as a table."""
+    spark = _spark(args)
+    if args.pipeline_schemas:
+        from lakehouse.spark import ensure_schemas
+
+        ensure_schemas(spark, _pipeline(args))
+    _say(show_query(spark, args.query, limit=args.limit))
+    return 0
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    """Show one key's versions from silver history, or the table as of a source time."""
+    from lakehouse.silver import as_of
+    from lakehouse.tables import silver_history_table
+
+    pipeline = _pipeline(args)
+    source = pipeline.source(args.source)
+    spark = _spark(args)
+    if args.as_of:
+        df = as_of(spark, pipeline, source, args.as_of)
+    else:
+        df = spark.table(silver_history_table(pipeline, source)).orderBy(*source.primary_key, "_sequence")
+    if args.key:
+        from pyspark.sql import functions as F
+
+        values = args.key.split(",")
+        for col, value in zip(source.primary_key, values):
+            df = df.where(F.col(col) == F.lit(value).cast(source.column(col).type))
+    rows = df.limit(args.limit).collect()
+    _say(render_rows(df.columns, [tuple(r) for r in rows]))
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    """Benchmarks, each against a baseline run side by side on this machine."""
+    import json
+
+    pipeline = _pipeline(args)
+    spark = _spark(args)
+    lake = lake_root(args.lake) / "bench"
+    results: dict[str, Any] = {}
+    which = ("ingest", "silver", "gold") if args.which == "all" else (args.which,)
+    for name in which:
+        _say(f"bench {name}: running")
+        if name == "ingest":
+            from testkit.bench.ingest import bench_ingest
+
+            parsers = tuple(p.strip() for p in args.parsers.split(",") if p.strip())
+            results[name] = bench_ingest(spark, pipeline, lake, _bootstrap(args, pipeline), events=args.events or 200_000,
+                                         parsers=parsers, progress=_say)
+        elif name == "silver":
+            from testkit.bench.silver import bench_silver
+
+            kwargs = {"changes": args.events} if args.events else {}
+            results[name] = bench_silver(spark, pipeline, lake, **kwargs)
+        else:
+            from testkit.bench.gold import bench_gold
+
+            kwargs = {"fact_rows": args.rows} if args.rows else {}
+            results[name] = bench_gold(spark, pipeline, lake, **kwargs)
+        _say(json.dumps(results[name], indent=2, default=str))
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Everything that works, end to end on the local stack, with what a user wants to see."""
+    from cdc_enrich.demo import run_demo
+
+    return run_demo(args)
+
+
+# --------------------------------------------------------------------------- argument parsing
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--lake", default=argparse.SUPPRESS, help="root of local tables, checkpoints and broker files (default ./.lake, env CDC_ENRICH_LAKE)"
+    )
+    with_pipeline = argparse.ArgumentParser(add_help=False)
+    with_pipeline.add_argument("--pipeline", default=str(DEFAULT_PIPELINE), help="pipeline declaration (YAML); default: the shop demo")
+    kafka = argparse.ArgumentParser(add_help=False)
+    kafka.add_argument("--bootstrap", help="Kafka bootstrap servers (default: env CDC_ENRICH_KAFKA_BOOTSTRAP, the pipeline file, or the local stack)")
+
+    parser = argparse.ArgumentParser(
+        prog="cdc-enrich",
+        description="Keep Delta gold tables equal to the SQL join of Debezium-captured source tables.",
+    )
+    # Its own --lake (not the shared parent's action): a subcommand's --lake, when given, wins.
+    parser.add_argument("--lake", default=None, help=common._actions[0].help)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("stack", parents=[common], help="start/stop/report the local Kafka broker", description=cmd_stack.__doc__)
+    p.add_argument("action", choices=("up", "down", "status"))
+    p.add_argument("--port", type=int, help="broker port on 127.0.0.1 (controller uses port+1; default 19092 or CDC_ENRICH_KAFKA_PORT)")
+    p.add_argument("--with-postgres", action="store_true", help="also PostgreSQL (port 15432) and Debezium's connector")
+    p.add_argument("--pipeline", default=str(DEFAULT_PIPELINE), help="pipeline whose tables Debezium captures (with --with-postgres)")
+    p.set_defaults(func=cmd_stack)
+
+    p = sub.add_parser("simulate", parents=[common, with_pipeline, kafka], help="produce a Debezium workload", description=cmd_simulate.__doc__)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--scale", type=int, default=1, help="initial snapshot size multiplier")
+    p.add_argument("--events", type=int, default=2000, help="change events after the snapshot")
+    p.add_argument("--rate", type=float, help="events per second (default: as fast as possible)")
+    p.add_argument("--chaos", choices=("none", "some", "heavy"), default="none")
+    p.add_argument("--partitions", type=int, default=1)
+    p.add_argument("--schemas-enabled", action="store_true", help="JSON converter with schemas.enable=true")
+    p.add_argument("--truth", help="where to write the source truth (default <lake>/truth/<pipeline>)")
+    p.add_argument("--dry-run", action="store_true", help="generate and record the truth, produce nothing")
+    p.add_argument("--target", choices=("kafka", "postgres"), default="kafka",
+                   help="kafka: simulated Debezium records; postgres: real transactions (--events of them) on the stack's database")
+    p.add_argument("--initial", action="store_true", help="with --target postgres: insert the initial rows first")
+    p.set_defaults(func=cmd_simulate)
+
+    p = sub.add_parser("run", parents=[common, with_pipeline, kafka], help="run pipeline stages", description=cmd_run.__doc__)
+    p.add_argument("--stage", choices=("all",) + STAGES, default="all")
+    p.add_argument("--trigger", choices=("available_now", "processing_time"), help="default: the pipeline's options.trigger")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("verify", parents=[common, with_pipeline], help="compare gold with the oracle join", description=cmd_verify.__doc__)
+    p.add_argument("--truth", help="simulator truth directory (default <lake>/truth/<pipeline> if present)")
+    p.add_argument("--from-silver", action="store_true", help="use silver current as the source state, not the simulator truth")
+    p.add_argument("--view", action="append", help="only this view (repeatable)")
+    p.add_argument("--against", choices=("truth", "postgres"), default="truth",
+                   help="postgres: wait until caught up with the database's LSN, then compare gold and silver with joins run inside PostgreSQL")
+    p.add_argument("--timeout", type=float, default=600, help="with --against postgres: seconds to wait for catch-up")
+    p.add_argument("--bootstrap", help="Kafka bootstrap servers (with --against postgres)")
+    p.set_defaults(func=cmd_verify)
+
+    p = sub.add_parser("sql", parents=[common, with_pipeline], help="run a SQL query, print a table", description=cmd_sql.__doc__)
+    p.add_argument("query", help="e.g. \"SELECT * FROM shop_gold.orders_enriched VERSION AS OF 1 LIMIT 5\"")
+    p.add_argument("--limit", type=int, default=50, help="rows to print (default 50)")
+    p.add_argument("--pipeline-schemas", action="store_true", help="create the pipeline's schemas first")
+    p.set_defaults(func=cmd_sql)
+
+    p = sub.add_parser("history", parents=[common, with_pipeline], help="a key's silver history, or state as of a source time", description=cmd_history.__doc__)
+    p.add_argument("source")
+    p.add_argument("--key", help="primary key value(s), comma-separated for compound keys")
+    p.add_argument("--as-of", help="source time, e.g. '2026-01-01 12:00:00' (UTC)")
+    p.add_argument("--limit", type=int, default=50)
+    p.set_defaults(func=cmd_history)
+
+    p = sub.add_parser("bench", parents=[common, with_pipeline, kafka], help="benchmarks against a side-by-side baseline", description=cmd_bench.__doc__)
+    p.add_argument("which", choices=("ingest", "silver", "gold", "all"))
+    p.add_argument("--events", type=int, help="ingest: events produced; silver: changes per batch")
+    p.add_argument("--rows", type=int, help="gold: fact table rows")
+    p.add_argument("--parsers", default="hybrid",
+                   help="ingest: comma list of bronze parsers to time side by side (hybrid = the JVM decoder, "
+                        "sql = the SQL pass, python); the first one's ratio is the headline")
+    p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("demo", parents=[common, with_pipeline], help="the whole service end to end on the local stack", description=cmd_demo.__doc__)
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--events", type=int, default=3000)
+    p.add_argument("--chaos", choices=("none", "some", "heavy"), default="some")
+    p.add_argument("--with-postgres", action="store_true",
+                   help="real PostgreSQL + Debezium instead of the simulator: --events transactions, verified against the database")
+    p.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except CdcEnrichError as exc:
+        print(f"cdc-enrich {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

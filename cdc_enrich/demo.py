@@ -1,0 +1,197 @@
+"""`cdc-enrich demo`: the whole service on the local stack, printing what a user wants to see.
+
+The demo works in its own lake (`<lake>/demo`), wiped at the start, so a second run shows
+the same story instead of piling events onto the last one. It knows no schema: it reads the
+pipeline file and shows whatever sources and views are declared there.
+
+Two sources of changes: the Debezium simulator (default; verified against its source truth),
+or with `--with-postgres` a real PostgreSQL with Debezium's connector, killed and restarted
+half-way through the transactions (verified against the database itself).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from lakehouse.paths import lake_root
+
+
+def _banner(title: str) -> None:
+    print(f"\n=== {title} " + "=" * max(0, 70 - len(title)), flush=True)
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    from testkit import simulator, stack
+    from cdc_enrich.cli import render_rows, run_stage, show_query
+    from lakehouse.declaration import load_pipeline
+    from lakehouse.spark import build_local_spark, ensure_schemas
+    from lakehouse.tables import bronze_table, gold_table, quarantine_table, silver_current_table, silver_history_table
+
+    started = time.monotonic()
+    pipeline = load_pipeline(args.pipeline)
+    lake = lake_root(args.lake) / "demo"
+    _stop_all(lake)
+    shutil.rmtree(lake, ignore_errors=True)
+    lake.mkdir(parents=True)
+
+    _banner("1. local stack")
+    status = stack.broker_up(lake)
+    print(f"kafka: {status.describe()}")
+
+    truth_dir = lake / "truth" / pipeline.name
+    with_postgres = bool(getattr(args, "with_postgres", False))
+    if with_postgres:
+        dsn = _postgres_workload(args, pipeline, lake, status.bootstrap)
+    else:
+        _banner(f"2. simulate a Debezium workload (seed {args.seed}, {args.events} changes, chaos {args.chaos})")
+        sim = simulator.simulate(pipeline, seed=args.seed, scale=1, events=args.events, chaos=args.chaos)
+        simulator.write_truth(sim, truth_dir)
+        produced = simulator.produce(sim.records, status.bootstrap)
+        print(f"produced {produced} Kafka records to {len(pipeline.topics)} topics; source truth in {truth_dir}")
+        for key, value in sorted(sim.stats.items()):
+            print(f"  {key}: {value}")
+
+    spark = build_local_spark(lake, app_name="cdc-enrich-demo")
+    ensure_schemas(spark, pipeline)
+    stage_args = argparse.Namespace(bootstrap=status.bootstrap, trigger="available_now", lake=str(lake))
+    if with_postgres:
+        # Drains bronze -> silver -> gold until caught up with the database's LSN (the stage
+        # runs below then have nothing left to read and only print), then compares.
+        from lakehouse.verify.postgres import verify_against_postgres
+
+        pg_report = verify_against_postgres(spark, pipeline, dsn, lake, bootstrap=status.bootstrap, progress=print)
+        if not pipeline.views:  # otherwise shown as step 6
+            print(pg_report.render())
+
+    _banner("3. bronze: Kafka -> append-only Delta, malformed records to quarantine")
+    _run(run_stage, "bronze", spark, pipeline, lake, stage_args)
+    rows = [
+        (src.name, spark.table(bronze_table(pipeline, src)).count())
+        for src in pipeline.sources.values()
+    ]
+    rows.append(("(quarantine)", spark.table(quarantine_table(pipeline)).count()))
+    print(render_rows(["table", "bronze rows"], rows))
+
+    _banner("4. silver: current state + full per-key history (out-of-order safe)")
+    _run(run_stage, "silver", spark, pipeline, lake, stage_args)
+    rows = []
+    for src in pipeline.sources.values():
+        current = spark.table(silver_current_table(pipeline, src))
+        rows.append(
+            (
+                src.name,
+                current.where("NOT _deleted").count(),
+                current.where("_deleted").count(),
+                spark.table(silver_history_table(pipeline, src)).count(),
+            )
+        )
+    print(render_rows(["table", "live rows", "deleted keys", "history versions"], rows))
+    _show_one_history(spark, pipeline)
+
+    if pipeline.views:
+        _banner("5. gold: incremental foreign-key joins")
+        _run(run_stage, "gold", spark, pipeline, lake, stage_args)
+        for view in pipeline.views.values():
+            print(f"\n{gold_table(pipeline, view.name)}: {spark.table(gold_table(pipeline, view.name)).count()} rows")
+            cols = ", ".join(c.name for c in view.columns)
+            print(show_query(spark, f"SELECT {cols} FROM {gold_table(pipeline, view.name)} ORDER BY 1 LIMIT 5"))
+
+        if with_postgres:
+            _banner("6. verify: gold and silver == the same joins and tables inside PostgreSQL")
+            print(pg_report.render())
+        else:
+            _banner("6. verify: gold == SQL join over the source truth")
+            from lakehouse.verify.views import verify_pipeline
+
+            report = verify_pipeline(spark, pipeline, truth_dir=truth_dir)
+            print(report.render())
+
+        _banner("7. data quality (great-expectations)")
+        _run(run_stage, "quality", spark, pipeline, lake, stage_args)
+
+    verified = pg_report.ok if with_postgres else (report.ok if pipeline.views else True)
+    _banner("done" if verified else "done: VERIFY FOUND DIFFERENCES (see above)")
+    print(f"demo finished in {time.monotonic() - started:.0f}s. Try:")
+    first_view = next(iter(pipeline.views), None)
+    if first_view:
+        print(f"  .venv/bin/cdc-enrich --lake {lake} sql \"SELECT * FROM {gold_table(pipeline, first_view)} VERSION AS OF 1 LIMIT 5\"")
+    if with_postgres:
+        print(f"  .venv/bin/cdc-enrich --lake {lake} stack down --with-postgres     # stop the demo's broker, PostgreSQL and Connect")
+    else:
+        print(f"  .venv/bin/cdc-enrich --lake {lake} stack down     # stop the demo's broker")
+    return 0 if verified else 1
+
+
+def _stop_all(lake: Path) -> None:
+    """Stop whatever a previous demo left running in its lake (before the lake is wiped)."""
+    from devstack import broker as stack, connect, postgres
+
+    connect.connect_down(lake)
+    postgres.postgres_down(lake)
+    stack.broker_down(lake)
+
+
+def _postgres_workload(args: argparse.Namespace, pipeline: Any, lake: Path, bootstrap: str) -> str:
+    """PostgreSQL + Debezium, the initial rows, then `args.events` transactions from two
+    connections with the connector SIGKILLed and restarted half-way. Returns the DSN."""
+    from devstack import connect, postgres
+    from testkit import pg_workload
+    from devstack.procs import free_port
+
+    _banner(f"2. PostgreSQL + Debezium: {args.events} real transactions, the connector killed half-way")
+    pg = postgres.postgres_up(lake, port=free_port(), database=pipeline.name)
+    print(f"postgres: {pg.describe()}")
+    dsn = postgres.dsn(lake, database=pipeline.name)
+    print(pg_workload.seed_database(dsn, pipeline, args.seed).render())
+    rest_port = free_port()
+    print(f"connect: {connect.connect_up(lake, pipeline, bootstrap, dsn, rest_port=rest_port).describe()}")
+    connect.wait_until_streaming(dsn, pipeline)
+    print("connect: snapshot done, streaming")
+    half = args.events // 2
+    print(pg_workload.run_workload(dsn, pipeline, half, seed=args.seed + 1).render())
+    connect.connect_down(lake, kill=True)
+    print("connect: killed (SIGKILL); the replication slot keeps what comes next")
+    print(pg_workload.run_workload(dsn, pipeline, args.events - half, seed=args.seed + 2).render())
+    print(f"connect: restarted, resumes from its offsets: {connect.connect_up(lake, pipeline, bootstrap, dsn, rest_port=rest_port).describe()}")
+    return dsn
+
+
+def _run(run_stage: Any, stage: str, spark: Any, pipeline: Any, lake: Path, stage_args: argparse.Namespace) -> None:
+    began = time.monotonic()
+    report = run_stage(stage, spark, pipeline, lake, stage_args)
+    if report is not None and hasattr(report, "render"):
+        print(report.render())
+    print(f"{stage} finished in {time.monotonic() - began:.1f}s")
+
+
+def _show_one_history(spark: Any, pipeline: Any) -> None:
+    """The key with the most versions in the first versioned source: its life, then an as-of query."""
+    from pyspark.sql import functions as F
+
+    from lakehouse.silver import as_of
+    from lakehouse.tables import silver_history_table
+
+    source = next(s for s in pipeline.sources.values() if s.kind == "table")
+    history = spark.table(silver_history_table(pipeline, source))
+    busiest = history.groupBy(*source.primary_key).count().orderBy(F.desc("count"), *source.primary_key).first()
+    if busiest is None:
+        return
+    condition = F.lit(True)
+    for col in source.primary_key:
+        condition = condition & (F.col(col) == busiest[col])
+    shown = list(source.column_names) + ["_op", "_deleted", "_valid_from", "_valid_to"]
+    versions = history.where(condition).orderBy("_sequence").select(*shown).collect()
+    key_text = ", ".join(f"{c}={busiest[c]}" for c in source.primary_key)
+    print(f"\nhistory of {source.name} {key_text} ({len(versions)} versions):")
+    from cdc_enrich.cli import render_rows
+
+    print(render_rows(shown, [tuple(r) for r in versions]))
+    if len(versions) >= 2 and versions[1]["_valid_from"] is not None:
+        moment = versions[1]["_valid_from"]
+        past = as_of(spark, pipeline, source, str(moment)).where(condition)
+        print(f"\n{source.name} {key_text} as of source time {moment}:")
+        print(render_rows(past.columns, [tuple(r) for r in past.collect()]))

@@ -1,0 +1,3 @@
+"""The local stack, for development and tests only: a Kafka broker, PostgreSQL, Kafka Connect + Debezium.
+
+Not part of the deployed wheel; the engine never imports it."""

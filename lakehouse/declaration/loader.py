@@ -1,0 +1,402 @@
+"""Loading and validating a pipeline file: every problem at once, with file, line and field."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from lakehouse.declaration.located import Located, Problems
+from lakehouse.declaration.model import (
+    DECIMAL,
+    IDENTIFIER,
+    JOIN_TYPES,
+    PK_JOIN_TYPES,
+    REPLICA_IDENTITIES,
+    SEQUENCE_RULES,
+    SIMPLE_TYPES,
+    SOURCE_KINDS,
+    STARTING_OFFSETS,
+    TRIGGERS,
+    Column,
+    ForeignKey,
+    Join,
+    KafkaSettings,
+    Options,
+    Pipeline,
+    Source,
+    TableNames,
+    View,
+    ViewColumn,
+)
+from lakehouse.errors import PipelineConfigError
+
+# --------------------------------------------------------------------------- validation helpers
+
+
+def _mapping(value: Any, path: str, problems: Problems, required: bool = True) -> dict[str, Any]:
+    if value is None and not required:
+        return {}
+    if not isinstance(value, dict):
+        problems.add(path, f"expected a mapping, got {_kind(value)}")
+        return {}
+    return value
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "nothing (null)"
+    return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean", int: "a number"}.get(
+        type(value), type(value).__name__
+    ) + (f" {value!r}" if isinstance(value, (str, int, float)) and not isinstance(value, bool) else "")
+
+
+def _unknown_keys(values: dict[str, Any], allowed: tuple[str, ...], path: str, problems: Problems) -> None:
+    for key in values:
+        if key not in allowed:
+            problems.add(_join(path, str(key)), f"unknown field {key!r}; expected one of: {', '.join(allowed)}")
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _identifier(value: Any, path: str, problems: Problems, what: str = "name") -> str | None:
+    if not isinstance(value, str) or not IDENTIFIER.match(value):
+        problems.add(path, f"{what} must be a plain identifier (letters, digits, _; not starting with a digit), got {_kind(value)}")
+        return None
+    return value
+
+
+def _choice(values: dict[str, Any], key: str, choices: tuple[str, ...], default: str, path: str, problems: Problems) -> str:
+    value = values.get(key, default)
+    if value not in choices:
+        problems.add(_join(path, key), f"expected one of {', '.join(choices)}, got {_kind(value)}")
+        return default
+    return value
+
+
+def _int(values: dict[str, Any], key: str, default: int, path: str, problems: Problems, minimum: int = 0) -> int:
+    value = values.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        problems.add(_join(path, key), f"expected a whole number >= {minimum}, got {_kind(value)}")
+        return default
+    return value
+
+
+def _name_list(value: Any, path: str, problems: Problems, what: str) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not value:
+        problems.add(path, f"expected a non-empty list of {what}, got {_kind(value)}")
+        return ()
+    names = [_identifier(v, f"{path}[{i}]", problems, what) for i, v in enumerate(value)]
+    return tuple(n for n in names if n)
+
+
+def _column_type(value: Any, path: str, problems: Problems) -> str | None:
+    text = value.strip().lower() if isinstance(value, str) else None
+    if text in SIMPLE_TYPES:
+        return text
+    match = DECIMAL.match(text or "")
+    if match and 0 < int(match.group(1)) <= 38 and int(match.group(2)) <= int(match.group(1)):
+        return f"decimal({int(match.group(1))},{int(match.group(2))})"
+    problems.add(path, f"expected a column type ({', '.join(SIMPLE_TYPES)}, decimal(p,s)), got {_kind(value)}")
+    return None
+
+
+# --------------------------------------------------------------------------- sections
+
+
+def _kafka(raw: Any, problems: Problems, pipeline_name: str) -> KafkaSettings:
+    path = "kafka"
+    values = _mapping(raw, path, problems, required=False)
+    _unknown_keys(values, ("topic_prefix", "source_schema", "bootstrap_servers", "starting_offsets", "max_offsets_per_trigger"), path, problems)
+    prefix = values.get("topic_prefix", pipeline_name)
+    if not isinstance(prefix, str) or not re.match(r"^[A-Za-z0-9._-]+$", prefix):
+        problems.add(_join(path, "topic_prefix"), f"expected a Kafka topic prefix (letters, digits, . _ -), got {_kind(prefix)}")
+        prefix = pipeline_name
+    schema = _identifier(values.get("source_schema", "public"), _join(path, "source_schema"), problems, "source schema") or "public"
+    bootstrap = values.get("bootstrap_servers")
+    if bootstrap is not None and not (isinstance(bootstrap, str) and re.match(r"^[^\s,]+:\d+(,[^\s,]+:\d+)*$", bootstrap)):
+        problems.add(_join(path, "bootstrap_servers"), f"expected host:port[,host:port...], got {_kind(bootstrap)}")
+        bootstrap = None
+    return KafkaSettings(
+        topic_prefix=prefix,
+        source_schema=schema,
+        bootstrap_servers=bootstrap,
+        starting_offsets=_choice(values, "starting_offsets", STARTING_OFFSETS, "earliest", path, problems),
+        max_offsets_per_trigger=_int(values, "max_offsets_per_trigger", 200_000, path, problems, minimum=1),
+    )
+
+
+def _tables(raw: Any, problems: Problems, pipeline_name: str) -> TableNames:
+    path = "tables"
+    values = _mapping(raw, path, problems, required=False)
+    _unknown_keys(values, ("catalog", "bronze_schema", "silver_schema", "gold_schema", "quality_schema"), path, problems)
+    catalog = values.get("catalog")
+    if catalog is not None:
+        catalog = _identifier(catalog, _join(path, "catalog"), problems, "catalog")
+    names = {}
+    for layer in ("bronze", "silver", "gold", "quality"):
+        key = f"{layer}_schema"
+        names[key] = _identifier(values.get(key, f"{pipeline_name}_{layer}"), _join(path, key), problems, "schema") or layer
+    return TableNames(catalog=catalog, **names)
+
+
+def _options(raw: Any, problems: Problems) -> Options:
+    path = "options"
+    values = _mapping(raw, path, problems, required=False)
+    _unknown_keys(values, ("history_retention_days", "late_grace_days", "trigger", "processing_time"), path, problems)
+    processing_time = values.get("processing_time", "10 seconds")
+    if not isinstance(processing_time, str) or not re.match(r"^\d+\s+(second|seconds|minute|minutes)$", processing_time):
+        problems.add(_join(path, "processing_time"), f"expected an interval such as '10 seconds', got {_kind(processing_time)}")
+        processing_time = "10 seconds"
+    return Options(
+        history_retention_days=_int(values, "history_retention_days", 3650, path, problems, minimum=1),
+        late_grace_days=_int(values, "late_grace_days", 30, path, problems, minimum=0),
+        trigger=_choice(values, "trigger", TRIGGERS, "available_now", path, problems),
+        processing_time=processing_time,
+    )
+
+
+_SOURCE_FIELDS = ("topic", "primary_key", "columns", "sequence", "kind", "replica_identity", "foreign_keys")
+
+
+def _source(name: str, raw: Any, kafka: KafkaSettings, problems: Problems) -> Source | None:
+    path = f"sources.{name}"
+    values = _mapping(raw, path, problems)
+    if not values:
+        return None
+    _unknown_keys(values, _SOURCE_FIELDS, path, problems)
+    columns: list[Column] = []
+    declared: set[str] = set()  # names with a bad type still count, so one mistake reports once
+    raw_columns = values.get("columns")
+    if not isinstance(raw_columns, dict) or not raw_columns:
+        problems.add(_join(path, "columns"), f"expected a mapping of column name to type, got {_kind(raw_columns)}")
+    else:
+        for col_name, col_type in raw_columns.items():
+            col_path = f"{path}.columns.{col_name}"
+            ident = _identifier(col_name, col_path, problems, "column name")
+            typ = _column_type(col_type, col_path, problems)
+            if ident:
+                declared.add(ident)
+            if ident and typ:
+                columns.append(Column(ident, typ))
+    known = declared
+    if "primary_key" not in values:
+        problems.add(_join(path, "primary_key"), "missing: every source needs its primary key columns, e.g. [id]")
+        primary_key: tuple[str, ...] = ()
+    else:
+        primary_key = _name_list(values["primary_key"], _join(path, "primary_key"), problems, "column names")
+    for i, col in enumerate(primary_key):
+        if known and col not in known:
+            problems.add(f"{path}.primary_key[{i}]", f"primary key column {col!r} is not a column of {name!r} (columns: {', '.join(sorted(known))})")
+    if len(set(primary_key)) != len(primary_key):
+        problems.add(_join(path, "primary_key"), "a primary key column is listed twice")
+    topic = values.get("topic", f"{kafka.topic_prefix}.{kafka.source_schema}.{name}")
+    if not isinstance(topic, str) or not re.match(r"^[A-Za-z0-9._-]+$", topic):
+        problems.add(_join(path, "topic"), f"expected a Kafka topic name, got {_kind(topic)}")
+    foreign_keys: list[ForeignKey] = []
+    for fk_name, fk_raw in _mapping(values.get("foreign_keys"), _join(path, "foreign_keys"), problems, required=False).items():
+        fk_path = f"{path}.foreign_keys.{fk_name}"
+        ident = _identifier(fk_name, fk_path, problems, "foreign key name")
+        fk_values = _mapping(fk_raw, fk_path, problems)
+        if not fk_values:
+            continue
+        _unknown_keys(fk_values, ("columns", "references"), fk_path, problems)
+        fk_columns = _name_list(fk_values.get("columns"), f"{fk_path}.columns", problems, "column names")
+        for i, col in enumerate(fk_columns):
+            if known and col not in known:
+                problems.add(f"{fk_path}.columns[{i}]", f"foreign key column {col!r} is not a column of {name!r} (columns: {', '.join(sorted(known))})")
+        references = _identifier(fk_values.get("references"), f"{fk_path}.references", problems, "referenced source")
+        if ident and fk_columns and references:
+            foreign_keys.append(ForeignKey(ident, fk_columns, references))
+    return Source(
+        name=name,
+        topic=topic if isinstance(topic, str) else "",
+        primary_key=primary_key,
+        columns=tuple(columns),
+        sequence=_choice(values, "sequence", SEQUENCE_RULES, "postgres", path, problems),
+        kind=_choice(values, "kind", SOURCE_KINDS, "table", path, problems),
+        replica_identity=_choice(values, "replica_identity", REPLICA_IDENTITIES, "default", path, problems),
+        foreign_keys=tuple(foreign_keys),
+    )
+
+
+def _check_references(sources: dict[str, Source], problems: Problems) -> None:
+    """Every foreign key names a declared source and matches its primary key's arity and types."""
+    for src in sources.values():
+        for fk in src.foreign_keys:
+            path = f"sources.{src.name}.foreign_keys.{fk.name}"
+            target = sources.get(fk.references)
+            if target is None:
+                problems.add(f"{path}.references", f"references unknown source {fk.references!r} (declared: {', '.join(sorted(sources))})")
+                continue
+            if len(fk.columns) != len(target.primary_key):
+                problems.add(f"{path}.columns", f"has {len(fk.columns)} column(s) but {target.name!r}'s primary key has {len(target.primary_key)} ({', '.join(target.primary_key)})")
+                continue
+            for col, pk_col in zip(fk.columns, target.primary_key):
+                if col in src.column_names and pk_col in target.column_names:
+                    left, right = src.column(col).type, target.column(pk_col).type
+                    if left != right:
+                        problems.add(f"{path}.columns", f"column {col!r} is {left} but {target.name}.{pk_col} is {right}; a join needs the same type")
+
+
+def _view(name: str, raw: Any, sources: dict[str, Source], problems: Problems) -> View | None:
+    path = f"views.{name}"
+    values = _mapping(raw, path, problems)
+    if not values:
+        return None
+    _unknown_keys(values, ("base", "joins", "columns"), path, problems)
+    base = _identifier(values.get("base"), _join(path, "base"), problems, "base source")
+    if base is None:
+        return None
+    if base not in sources:
+        problems.add(_join(path, "base"), f"unknown source {base!r} (declared: {', '.join(sorted(sources))})")
+        return None
+    if sources[base].kind != "table":
+        problems.add(_join(path, "base"), f"source {base!r} is an append-only event stream; a gold view's base must be a table")
+    alias_tables: dict[str, str] = {base: base}
+    joins: list[Join] = []
+    raw_joins = values.get("joins", [])
+    if not isinstance(raw_joins, list):
+        problems.add(_join(path, "joins"), f"expected a list of joins, got {_kind(raw_joins)}")
+        raw_joins = []
+    for i, raw_join in enumerate(raw_joins):
+        join = _view_join(f"{path}.joins[{i}]", raw_join, alias_tables, sources, problems)
+        if join:
+            joins.append(join)
+            alias_tables[join.alias] = join.table
+    columns: list[ViewColumn] = []
+    raw_columns = values.get("columns")
+    if not isinstance(raw_columns, dict) or not raw_columns:
+        problems.add(_join(path, "columns"), f"expected a mapping of output column to alias.column, got {_kind(raw_columns)}")
+    else:
+        for out_name, ref in raw_columns.items():
+            col_path = f"{path}.columns.{out_name}"
+            if not _identifier(out_name, col_path, problems, "output column"):
+                continue
+            if not isinstance(ref, str) or ref.count(".") != 1:
+                problems.add(col_path, f"expected alias.column (e.g. {base}.{sources[base].primary_key[0] if sources[base].primary_key else 'id'}), got {_kind(ref)}")
+                continue
+            alias, column = ref.split(".")
+            if alias not in alias_tables:
+                problems.add(col_path, f"unknown alias {alias!r} (this view has: {', '.join(alias_tables)})")
+            elif column not in sources[alias_tables[alias]].column_names:
+                problems.add(col_path, f"{alias_tables[alias]!r} has no column {column!r} (columns: {', '.join(sources[alias_tables[alias]].column_names)})")
+            else:
+                columns.append(ViewColumn(out_name, alias, column))
+    for pk_col in sources[base].primary_key:
+        if not any(c.alias == base and c.column == pk_col for c in columns):
+            problems.add(_join(path, "columns"), f"must select the base table's primary key column {base}.{pk_col} (gold rows are keyed by it)")
+    return View(name=name, base=base, joins=tuple(joins), columns=tuple(columns))
+
+
+def _view_join(path: str, raw: Any, alias_tables: dict[str, str], sources: dict[str, Source], problems: Problems) -> Join | None:
+    values = _mapping(raw, path, problems)
+    if not values:
+        return None
+    _unknown_keys(values, ("alias", "via", "table", "on", "type"), path, problems)
+    alias = _identifier(values.get("alias"), f"{path}.alias", problems, "alias")
+    if alias is None:
+        return None
+    if alias in alias_tables:
+        problems.add(f"{path}.alias", f"alias {alias!r} is already used in this view")
+        return None
+    if "via" in values:
+        via = values["via"]
+        if not isinstance(via, str) or via.count(".") != 1:
+            problems.add(f"{path}.via", f"expected <alias>.<foreign key name>, got {_kind(via)}")
+            return None
+        parent, fk_name = via.split(".")
+        if parent not in alias_tables:
+            problems.add(f"{path}.via", f"unknown alias {parent!r}; a join can follow the base or an earlier join ({', '.join(alias_tables)})")
+            return None
+        parent_source = sources[alias_tables[parent]]
+        fk = next((f for f in parent_source.foreign_keys if f.name == fk_name), None)
+        if fk is None:
+            declared = ", ".join(f.name for f in parent_source.foreign_keys) or "none"
+            problems.add(f"{path}.via", f"source {parent_source.name!r} declares no foreign key {fk_name!r} (declared: {declared})")
+            return None
+        if fk.references not in sources:
+            return None  # reported on the source
+        join_type = _choice(values, "type", JOIN_TYPES, "inner", path, problems)
+        return Join(alias=alias, table=fk.references, type=join_type, parent_alias=parent, foreign_key=fk.name)
+    if values.get("on") == "primary_key":
+        table = _identifier(values.get("table"), f"{path}.table", problems, "table")
+        if table is None:
+            return None
+        if table not in sources:
+            problems.add(f"{path}.table", f"unknown source {table!r} (declared: {', '.join(sorted(sources))})")
+            return None
+        base = next(iter(alias_tables))
+        if len(sources[table].primary_key) != len(sources[base].primary_key):
+            problems.add(f"{path}.table", f"a primary-key join needs {table!r} and {base!r} to have keys of the same arity")
+            return None
+        join_type = _choice(values, "type", PK_JOIN_TYPES, "inner", path, problems)
+        return Join(alias=alias, table=table, type=join_type, parent_alias=base, foreign_key=None)
+    problems.add(path, "a join needs either `via: <alias>.<foreign key>` or `table: <source>` with `on: primary_key`")
+    return None
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def load_pipeline(path: str | Path) -> Pipeline:
+    """Read and validate a pipeline file; raise PipelineConfigError listing every problem.
+
+    `CDC_ENRICH_CATALOG`, when set, replaces `tables.catalog`: one file serves a local lake and
+    each Unity Catalog target of the bundle.
+    """
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise PipelineConfigError(f"{file}: cannot read the pipeline file ({exc.strerror}); pass --pipeline with a valid path") from None
+    pipeline = parse_pipeline(text, filename=str(file))
+    catalog = os.environ.get("CDC_ENRICH_CATALOG")
+    if catalog:
+        if not IDENTIFIER.match(catalog):
+            raise PipelineConfigError(f"CDC_ENRICH_CATALOG={catalog!r} is not a plain catalog name")
+        pipeline = replace(pipeline, tables=replace(pipeline.tables, catalog=catalog))
+    return pipeline
+
+
+def parse_pipeline(text: str, filename: str = "<pipeline>") -> Pipeline:
+    """Validate pipeline YAML text (see `schemas/shop/pipeline.yml` for a complete example)."""
+    located = Located(text, filename)
+    problems = Problems(filename, located)
+    top = _mapping(located.value, "", problems)
+    problems.raise_if_any()
+    _unknown_keys(top, ("name", "kafka", "tables", "options", "sources", "views"), "", problems)
+    name = _identifier(top.get("name"), "name", problems, "pipeline name") or "pipeline"
+    kafka = _kafka(top.get("kafka"), problems, name)
+    tables = _tables(top.get("tables"), problems, name)
+    options = _options(top.get("options"), problems)
+    raw_sources = _mapping(top.get("sources"), "sources", problems)
+    if isinstance(top.get("sources"), dict) and not raw_sources:
+        problems.add("sources", "declare at least one source")
+    sources: dict[str, Source] = {}
+    for src_name, raw in raw_sources.items():
+        if _identifier(src_name, f"sources.{src_name}", problems, "source name"):
+            src = _source(src_name, raw, kafka, problems)
+            if src:
+                sources[src_name] = src
+    topics: dict[str, str] = {}
+    for src in sources.values():
+        if src.topic in topics:
+            problems.add(f"sources.{src.name}.topic", f"topic {src.topic!r} is already read by source {topics[src.topic]!r}")
+        topics[src.topic] = src.name
+    _check_references(sources, problems)
+    views: dict[str, View] = {}
+    for view_name, raw in _mapping(top.get("views"), "views", problems, required=False).items():
+        if _identifier(view_name, f"views.{view_name}", problems, "view name"):
+            view = _view(view_name, raw, sources, problems)
+            if view:
+                views[view_name] = view
+    problems.raise_if_any()
+    return Pipeline(name=name, path=Path(filename), kafka=kafka, tables=tables, options=options, sources=sources, views=views)
+

@@ -1,0 +1,193 @@
+"""Gold's Delta edges: tables, subscription and gold MERGEs, live rows."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Sequence
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from lakehouse.declaration import ForeignKey, Pipeline, Source
+from lakehouse.gold.frames import HASH_LENGTH
+from lakehouse.gold.plan import (
+    LITERAL_KEY_LIMIT,
+    ROW_HASH,
+    ViewPlan,
+    subscription_columns,
+    subscription_schema,
+)
+from lakehouse.tables import (
+    delta_txn,
+    gold_table,
+    silver_current_table,
+    subscription_table,
+)
+
+# --------------------------------------------------------------------------- Delta edges
+
+
+def _q(name: str) -> str:
+    return f"`{name}`"
+
+
+def _metrics(result: DataFrame) -> dict[str, int]:
+    rows = result.collect()
+    if not rows:  # skipped by txnAppId/txnVersion: already applied
+        return {"inserted": 0, "updated": 0, "deleted": 0}
+    row = rows[0].asDict()
+    return {
+        "inserted": int(row.get("num_inserted_rows") or 0),
+        "updated": int(row.get("num_updated_rows") or 0),
+        "deleted": int(row.get("num_deleted_rows") or 0),
+    }
+
+
+def _create_table(spark: SparkSession, name: str, schema: StructType, cluster_by: Sequence[str], cdf: bool) -> None:
+    """Create a Delta table if missing: clustered, with deletion vectors (a MERGE that changes a
+    few rows of a large file marks them instead of rewriting the file), CDF when asked."""
+    from delta.tables import DeltaTable
+
+    builder = (
+        DeltaTable.createIfNotExists(spark)
+        .tableName(name)
+        .addColumns(schema)
+        .property("delta.enableDeletionVectors", "true")
+    )
+    if cluster_by:
+        builder = builder.clusterBy(*cluster_by)
+    if cdf:
+        builder = builder.property("delta.enableChangeDataFeed", "true")
+    builder.execute()
+
+
+def ensure_subscription_table(spark: SparkSession, pipeline: Pipeline, source: Source, fk: ForeignKey) -> str:
+    """Create `silver._sub_<source>__<fk>` if missing, clustered by the fk columns for lookups."""
+    name = subscription_table(pipeline, source, fk.name)
+    _create_table(spark, name, subscription_schema(source, fk), fk.columns, cdf=False)
+    return name
+
+
+def ensure_gold_table(spark: SparkSession, pipeline: Pipeline, plan: ViewPlan) -> str:
+    """Create gold.<view> if missing (CDF on, clustered by key); refuse a table of another shape."""
+    name = gold_table(pipeline, plan.view.name)
+    if spark.catalog.tableExists(name):
+        have = [f.name for f in spark.table(name).schema.fields]
+        if have != list(plan.gold_columns):
+            raise ValueError(
+                f"{name} has columns {have} but view {plan.view.name!r} now declares {list(plan.gold_columns)}; "
+                f"drop the table and its checkpoint (gold_{plan.view.name}) to rebuild it"
+            )
+        # one row says it: a table is built by one version and a mixed one is refused here
+        old = [r for r in spark.table(name).select(ROW_HASH).limit(1).collect() if r[0] is not None and len(r[0]) != HASH_LENGTH]
+        if old:
+            raise ValueError(
+                f"{name} holds rows hashed by an earlier version of cdc-enrich ({len(old[0][0])}-character "
+                f"hashes, now {HASH_LENGTH}): every row would be rewritten once and `verify` would report them "
+                f"stale; drop the table and its checkpoint (gold_{plan.view.name}) to rebuild it"
+            )
+        return name
+    _create_table(spark, name, plan.gold_schema(), plan.key_columns, cdf=True)
+    return name
+
+
+def _key_prefilter(alias: str, column: str, values: Sequence[Any] | None) -> Column | None:
+    if values is None:
+        return None
+    return F.col(f"{alias}.{_q(column)}").isin(list(values))
+
+
+def merge_subscriptions(
+    session: SparkSession,
+    table: str,
+    updates: DataFrame,
+    source: Source,
+    fk: ForeignKey,
+    app_id: str | None = None,
+    version: int | None = None,
+) -> dict[str, int]:
+    """Apply `subscription_updates` to a subscription table: newer sequence only."""
+    from delta.tables import DeltaTable
+
+    cols = subscription_columns(source, fk)
+    on = " AND ".join(f"t.{_q(c)} = s.{_q(c)}" for c in source.primary_key)
+    values = {c: f"s.{_q(c)}" for c in cols + ("_left_hash", "_sequence")}
+    merge = (
+        DeltaTable.forName(session, table)
+        .alias("t")
+        .merge(updates.alias("s"), on)
+        .whenMatchedDelete(condition="s._remove AND t._sequence <= s._sequence")
+        .whenMatchedUpdate(condition="NOT s._remove AND s._sequence > t._sequence", set=values)
+        .whenNotMatchedInsert(condition="NOT s._remove", values=values)
+    )
+    with delta_txn(session, app_id, version):
+        return _retry_on_conflict(lambda: _metrics(merge.execute()))
+
+
+def merge_into_gold(
+    session: SparkSession,
+    table: str,
+    plan: ViewPlan,
+    source: DataFrame,
+    key_values: Sequence[Any] | None = None,
+    app_id: str | None = None,
+    version: int | None = None,
+) -> dict[str, int]:
+    """MERGE `gold_merge_source` rows into gold: only real changes, never from an older base version.
+
+    Update when `_row_hash` or a lineage hash differs; delete a present row whose key left the
+    join; insert a new row. Update and delete require the incoming base sequence not to be older
+    than the stored one (the hash check). `key_values` (the affected keys' first key column, when
+    few) adds a literal predicate so Delta prunes gold files by statistics.
+    """
+    from delta.tables import DeltaTable
+
+    on = F.expr(" AND ".join(f"t.{_q(k)} = s.{_q(k)}" for k in plan.key_columns))
+    prefilter = _key_prefilter("t", plan.key_columns[0], key_values)
+    if prefilter is not None:
+        on = on & prefilter
+    base_seq = f"t.{_q(plan.base.gold_seq)}"
+    guard = f"(s._guard_seq IS NULL OR {base_seq} IS NULL OR s._guard_seq >= {base_seq})"
+    hashes = [ROW_HASH] + [a.gold_hash for a in plan.aliases]
+    changed = " OR ".join(f"NOT (t.{_q(h)} <=> s.{_q(h)})" for h in hashes)
+    values = {c: f"s.{_q(c)}" for c in plan.gold_columns}
+    merge = (
+        DeltaTable.forName(session, table)
+        .alias("t")
+        .merge(source.alias("s"), on)
+        .whenMatchedDelete(condition=f"NOT s._present AND {guard}")
+        .whenMatchedUpdate(condition=f"s._present AND {guard} AND ({changed})", set=values)
+        .whenNotMatchedInsert(condition="s._present", values=values)
+    )
+    with delta_txn(session, app_id, version):
+        return _metrics(merge.execute())
+
+
+def _retry_on_conflict(action: Callable[[], dict[str, int]], attempts: int = 5) -> dict[str, int]:
+    """Two views may write one subscription table at once; the write is idempotent, so retry."""
+    from delta.exceptions import DeltaConcurrentModificationException
+
+    for attempt in range(attempts):
+        try:
+            return action()
+        except DeltaConcurrentModificationException:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.2 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+def live_rows(session: SparkSession, pipeline: Pipeline, source: Source) -> DataFrame:
+    """silver current without deleted keys: what a SQL join sees."""
+    return session.read.table(silver_current_table(pipeline, source)).where(~F.col("_deleted"))
+
+
+def _collect_small(df: DataFrame, limit: int = LITERAL_KEY_LIMIT) -> tuple[int, list[Any] | None]:
+    """Count keys; when few, also return their first column's distinct values for literal pruning."""
+    rows = df.limit(limit + 1).collect()
+    if len(rows) <= limit:
+        return len(rows), sorted({r[0] for r in rows if r[0] is not None})
+    return df.count(), None
+
+

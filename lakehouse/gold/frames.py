@@ -1,0 +1,253 @@
+"""Gold's pure DataFrame functions: hashes, subscription updates, affected keys, the join, the MERGE source."""
+
+from __future__ import annotations
+
+from typing import Callable, Mapping, Sequence
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from lakehouse.declaration import ForeignKey, Source
+from lakehouse.gold.plan import (
+    JOIN_TYPES,
+    ROW_HASH,
+    AliasPlan,
+    ViewPlan,
+    subscription_columns,
+)
+
+# --------------------------------------------------------------------------- small pure DataFrame functions
+
+
+def content_hash(columns: Sequence[Column]) -> Column:
+    """A stable 128-bit hash of values (not names), as 32 hex characters.
+
+    Two seeded xxhash64 over (is-null, value) pairs of the typed values: no string forms, no
+    JSON, so hashing costs little next to the join (sha256 of a JSON array, the earlier form,
+    took 64 characters per hash and most of gold's bytes). The null flag keeps (null, "x")
+    apart from ("x", null), which xxhash64 alone (it skips nulls) would not. The hash does not
+    depend on internal column names, so renaming internals does not rewrite every gold row.
+    """
+    parts: list[Column] = []
+    for column in columns:
+        parts += [column.isNull(), column]
+    halves = [F.lpad(F.hex(F.xxhash64(F.lit(seed), *parts)), 16, "0") for seed in _HASH_SEEDS]
+    return F.concat(*halves)
+
+
+_HASH_SEEDS = ("cdc-enrich/a", "cdc-enrich/b")
+HASH_LENGTH = 16 * len(_HASH_SEEDS)
+
+
+def latest_changes(changes: DataFrame, key: Sequence[str]) -> DataFrame:
+    """The newest change per key of one source's change-feed rows (pre-images dropped).
+
+    Silver commits per key in sequence order, so the latest commit carries the newest state;
+    `_sequence` breaks ties inside one commit. A real CDF `delete` row (a physical delete)
+    is kept and marked `_gone`, like a `_deleted` row.
+    """
+    rows = changes.where(F.col("_change_type") != "update_preimage")
+    order = Window.partitionBy(*key).orderBy(F.col("_commit_version").desc(), F.col("_sequence").desc())
+    return (
+        rows.withColumn("_rank", F.row_number().over(order))
+        .where("_rank = 1")
+        .drop("_rank")
+        .withColumn("_gone", (F.col("_change_type") == "delete") | F.coalesce(F.col("_deleted"), F.lit(False)))
+    )
+
+
+def subscription_updates(changes: DataFrame, source: Source, fk: ForeignKey) -> DataFrame:
+    """What one batch of left-table changes does to the (source, fk) subscription table.
+
+    One row per left key whose subscription may have moved: its subscription columns,
+    `_left_hash`, `_sequence`, and `_remove` when the key no longer subscribes to anything
+    (deleted, or a null fk column). A key whose changes in the batch are only updates with both
+    images present, the same fk throughout and no delete is left out: its subscription cannot
+    have moved, so a batch of such changes (a status update, a rename) writes nothing here.
+    """
+    key = list(source.primary_key)
+    per_key = Window.partitionBy(*key)
+    fk_value = F.to_json(F.array(*[F.col(c).cast("string") for c in fk.columns]))
+    kind = F.col("_change_type")
+    structural = kind.isin("insert", "delete") | F.coalesce(F.col("_deleted"), F.lit(False))
+    moved = (
+        F.max(structural.cast("int")).over(per_key).cast("boolean")
+        | (F.size(F.collect_set(fk_value).over(per_key)) > 1)
+        | (F.max((kind == "update_preimage").cast("int")).over(per_key)
+           != F.max((kind == "update_postimage").cast("int")).over(per_key))
+    )
+    latest = latest_changes(changes.withColumn("_moved", moved), source.primary_key).where("_moved")
+    null_fk = F.lit(False)
+    for c in fk.columns:
+        null_fk = null_fk | F.col(c).isNull()
+    return latest.select(
+        *[F.col(c) for c in subscription_columns(source, fk)],
+        F.col("_row_hash").alias("_left_hash"),
+        F.col("_sequence"),
+        (F.col("_gone") | null_fk).alias("_remove"),
+    )
+
+
+def walk_back(
+    keys: DataFrame,
+    parent: Source,
+    fk: ForeignKey,
+    target: Source,
+    subscriptions: DataFrame,
+    prune_limit: int | None = None,
+) -> DataFrame:
+    """Keys of `parent` rows subscribed (through `fk`) to the given `target` keys: one hop back.
+
+    With `prune_limit`, up to that many distinct target keys are collected first: none means no
+    lookup at all, and a few become a literal `IN` on the first fk column, which is what lets
+    Delta skip the files of a subscription table clustered by fk (KIP-213's prefix scan).
+    """
+    renamed = keys.select(*[F.col(k).alias(f"_k{i}") for i, k in enumerate(target.primary_key)]).distinct()
+    if prune_limit is not None:
+        rows = renamed.limit(prune_limit + 1).collect()
+        if len(rows) <= prune_limit:
+            session = keys.sparkSession
+            if not rows:
+                return session.createDataFrame([], StructType([subscriptions.schema[c] for c in parent.primary_key]))
+            renamed = session.createDataFrame(rows, renamed.schema)
+            subscriptions = subscriptions.where(F.col(fk.columns[0]).isin(sorted({r[0] for r in rows if r[0] is not None})))
+    cond = None
+    for i, c in enumerate(fk.columns):
+        term = subscriptions[c] == renamed[f"_k{i}"]
+        cond = term if cond is None else cond & term
+    return subscriptions.join(F.broadcast(renamed), cond, "inner").select(*parent.primary_key)
+
+
+def affected_base_keys(
+    plan: ViewPlan,
+    changed: Mapping[str, DataFrame],
+    subscriptions: Callable[[Source, ForeignKey], DataFrame],
+    prune_limit: int | None = None,
+) -> DataFrame | None:
+    """The base keys whose join result may have changed, given changed keys per source.
+
+    `changed[source]` holds that source's primary key columns; `subscriptions(left, fk)` reads a
+    subscription table. Keys are gathered per alias from the leaves towards the base (a joined
+    alias always comes after its parent), so each relation is looked up once per batch however
+    many changed aliases lie beyond it: a changed customer and a changed order reach order items
+    through one scan of `_sub_order_items__order`. A primary-key join maps keys 1:1. Returns base
+    primary key columns (distinct), or None when nothing this view reads changed. `prune_limit`:
+    see `walk_back`.
+    """
+    gathered: dict[int, list[DataFrame]] = {}
+    for alias in plan.aliases:
+        keys = changed.get(alias.source.name)
+        if keys is not None:
+            gathered.setdefault(alias.index, []).append(keys.select(*alias.source.primary_key))
+    for alias in reversed(plan.aliases[1:]):
+        parts = gathered.pop(alias.index, None)
+        if not parts:
+            continue
+        assert alias.join is not None and alias.parent is not None and alias.parent < alias.index
+        parent = plan.aliases[alias.parent]
+        keys = _union(parts)
+        if alias.join.foreign_key is None:
+            keys = keys.select(*[F.col(c).alias(p) for c, p in zip(alias.source.primary_key, parent.source.primary_key)])
+        else:
+            fk = parent.source.foreign_key(alias.join.foreign_key)
+            keys = walk_back(keys, parent.source, fk, alias.source, subscriptions(parent.source, fk), prune_limit)
+        gathered.setdefault(parent.index, []).append(keys)
+    if not gathered.get(0):
+        return None
+    return _union(gathered[0]).distinct()
+
+
+def _union(parts: Sequence[DataFrame]) -> DataFrame:
+    out = parts[0]
+    for part in parts[1:]:
+        out = out.unionByName(part)
+    return out
+
+
+def _alias_frame(alias: AliasPlan, live: DataFrame) -> DataFrame:
+    return live.select(
+        *[F.col(c).alias(alias.col(c)) for c in alias.used],
+        content_hash([F.col(c) for c in alias.used]).alias(alias.hash_col),
+        F.col("_sequence").alias(alias.seq_col),
+    )
+
+
+def join_view(
+    plan: ViewPlan,
+    live: Mapping[str, DataFrame],
+    base_keys: DataFrame | None = None,
+    base_live: DataFrame | None = None,
+) -> DataFrame:
+    """The view's rows (gold columns) from live source rows, optionally for some base keys only.
+
+    `live[source]` holds the source's columns, `_sequence` (and anything else, ignored);
+    `base_keys` holds base primary key columns. The join is left-deep in declared order, as the
+    SQL oracle writes it: inner/left foreign-key joins, inner/left/outer primary-key joins (an
+    outer join's key is the coalesce of both sides, as in a KTable-KTable outer join).
+    `base_live` replaces `live[base]` for the base alias only (already narrowed to the keys).
+    """
+    base = plan.base
+    frames: list[DataFrame] = []
+    for alias in plan.aliases:
+        df = base_live if (alias.index == 0 and base_live is not None) else live[alias.source.name]
+        restrict = alias.index == 0 or (alias.join is not None and alias.join.foreign_key is None)
+        if base_keys is not None and restrict:
+            keys = base_keys.select(
+                *[F.col(b).alias(a) for b, a in zip(base.source.primary_key, alias.source.primary_key)]
+            )
+            df = df.join(keys, list(alias.source.primary_key), "left_semi")
+        frames.append(_alias_frame(alias, df))
+    joined = frames[0]
+    key_exprs: list[Column] = [F.col(base.col(k)) for k in base.source.primary_key]
+    for alias, frame in zip(plan.aliases[1:], frames[1:]):
+        join = alias.join
+        assert join is not None and alias.parent is not None
+        if join.foreign_key is not None:
+            parent = plan.aliases[alias.parent]
+            fk = parent.source.foreign_key(join.foreign_key)
+            pairs = [(F.col(parent.col(f)), F.col(alias.col(p))) for f, p in zip(fk.columns, alias.source.primary_key)]
+        else:
+            pairs = [(k, F.col(alias.col(p))) for k, p in zip(key_exprs, alias.source.primary_key)]
+        cond = pairs[0][0] == pairs[0][1]
+        for left, right in pairs[1:]:
+            cond = cond & (left == right)
+        joined = joined.join(frame, cond, JOIN_TYPES[join.type])
+        if join.type == "outer":
+            key_exprs = [F.coalesce(k, F.col(alias.col(p))) for k, p in zip(key_exprs, alias.source.primary_key)]
+    outputs: list[Column] = []
+    for c in plan.view.columns:
+        alias = plan.alias(c.alias)
+        if alias.index == 0 and c.column in base.source.primary_key:
+            outputs.append(key_exprs[base.source.primary_key.index(c.column)].alias(c.name))
+        else:
+            outputs.append(F.col(alias.col(c.column)).alias(c.name))
+    lineage: list[Column] = []
+    for alias in plan.aliases:
+        lineage += [F.col(alias.hash_col).alias(alias.gold_hash), F.col(alias.seq_col).alias(alias.gold_seq)]
+    return joined.select(*outputs, *lineage).withColumn(
+        ROW_HASH, content_hash([F.col(c) for c in plan.output_columns])
+    )
+
+
+def gold_merge_source(plan: ViewPlan, keys: DataFrame, result: DataFrame, base_current: DataFrame) -> DataFrame:
+    """The MERGE source: one row per affected key, either its new row or a delete marker.
+
+    `keys` are affected base keys (base pk names), `result` is `join_view` for them, and
+    `base_current` is the base table's silver current rows (live and deleted) so a marker carries
+    the sequence of the version that removed the key (the hash check's guard for deletes).
+    """
+    base = plan.base
+    renamed_keys = keys.select(*[F.col(p).alias(k) for p, k in zip(base.source.primary_key, plan.key_columns)])
+    seqs = base_current.select(
+        *[F.col(p).alias(k) for p, k in zip(base.source.primary_key, plan.key_columns)],
+        F.col("_sequence").alias("_marker_seq"),
+    )
+    out = renamed_keys.join(result, list(plan.key_columns), "left").join(seqs, list(plan.key_columns), "left")
+    return out.select(
+        *[F.col(c) for c in plan.gold_columns],
+        F.col(ROW_HASH).isNotNull().alias("_present"),
+        F.coalesce(F.col(base.gold_seq), F.col("_marker_seq")).alias("_guard_seq"),
+    )
+
+

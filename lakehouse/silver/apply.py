@@ -1,0 +1,339 @@
+"""Silver's batch: the side effects (MERGEs, appends) of one planned micro-batch, and its report."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field, fields
+from datetime import datetime
+from decimal import Decimal
+from typing import Any, Sequence
+
+from delta.tables import DeltaTable
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from lakehouse.declaration import Pipeline, Source
+from lakehouse.silver.layout import (
+    compacted_before,
+    read_truncates,
+    toast_schema,
+    toast_table,
+    truncates_table,
+)
+from lakehouse.silver.plan import (
+    BROADCAST_KEYS_LIMIT,
+    Truncate,
+    _bounded_keys,
+    _empty_string_array,
+    _keys,
+    batch_summary,
+    build_timeline,
+    changes_from_bronze,
+    classify_changes,
+    dedupe_changes,
+    key_bounds_condition,
+    late_records,
+    plan_current,
+    plan_history,
+    replaces_current,
+)
+from lakehouse.spark import write_time
+from lakehouse.tables import (
+    SEQUENCE_TYPE,
+    delta_txn,
+    late_changes_table,
+    silver_current_schema,
+    silver_current_table,
+    silver_history_schema,
+    silver_history_table,
+)
+
+log = logging.getLogger('lakehouse.silver')
+
+
+# --------------------------------------------------------------------------- report
+
+
+@dataclass
+class SilverStats:
+    """What a batch (or a run, summed) did for one source."""
+
+    batches: int = 0
+    changes_read: int = 0  # bronze rows read
+    tombstones: int = 0  # ignored: the delete before them carries the change
+    truncates: int = 0
+    skipped: int = 0  # rows without key or sequence (bronze should have quarantined them)
+    current_upserted: int = 0
+    history_written: int = 0  # versions inserted or updated (a neighbour's valid_to)
+    history_removed: int = 0  # derived truncate versions a late delete made moot
+    out_of_order: int = 0
+    duplicates: int = 0
+    late: int = 0
+
+    def add(self, other: "SilverStats") -> None:
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+
+    def describe(self) -> str:
+        return ", ".join(f"{f.name.replace('_', ' ')} {getattr(self, f.name)}" for f in fields(self))
+
+
+@dataclass
+class SilverReport:
+    """Per source, the sum of its batches' stats."""
+
+    sources: dict[str, SilverStats] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, source: str, stats: SilverStats) -> None:
+        with self._lock:
+            self.sources.setdefault(source, SilverStats()).add(stats)
+
+    def as_dict(self) -> dict[str, dict[str, int]]:
+        return {name: {f.name: getattr(s, f.name) for f in fields(s)} for name, s in self.sources.items()}
+
+    def render(self) -> str:
+        """One line per source, for the CLI and job logs."""
+        return "\n".join(f"silver {name}: {stats.describe()}" for name, stats in sorted(self.sources.items())) or "silver: no sources"
+
+
+# --------------------------------------------------------------------------- the batch (side effects)
+
+
+def plan_batch(
+    timeline: DataFrame,
+    changes: DataFrame,
+    existing: DataFrame,
+    existing_current: DataFrame,
+    truncate_floor: Truncate | None,
+    grace_days: int,
+    compacted_before: datetime | None,
+    source: Source,
+) -> DataFrame:
+    """Everything one batch writes, as one frame to materialize once before any write.
+
+    `_target`: `history` and `current` (the MERGE sources, with `_action`), `toast` (versions
+    whose placeholder columns are not recorded yet), `change` (each new change classified:
+    duplicate, out of order, late). Materializing it pins the pre-batch state it came from.
+    """
+    keys = _keys(source)
+    recorded = existing.filter(F.size("_unavailable") > 0).select(*keys, "_sequence")
+    parts = [
+        plan_history(timeline, existing, source).withColumn("_target", F.lit("history")),
+        plan_current(timeline, existing_current, source).withColumn("_target", F.lit("current")),
+        timeline.filter(F.size("_unavailable") > 0)
+        .select(*keys, "_sequence", "_unavailable")
+        .join(recorded, [*keys, "_sequence"], "left_anti")
+        .withColumn("_target", F.lit("toast")),
+        classify_changes(changes, existing, existing_current, truncate_floor, grace_days, compacted_before, source)
+        .withColumn("_target", F.lit("change")),
+    ]
+    plan = parts[0]
+    for part in parts[1:]:
+        plan = plan.unionByName(part, allowMissingColumns=True)
+    return plan
+
+
+@dataclass
+class StreamState:
+    """What one stream knows between batches, being the only writer of these tables: the
+    source's truncates and whether any TOAST placeholder was ever recorded. Saves two reads
+    per batch; `None` fields are read from the tables (a direct call, or the first batch)."""
+
+    truncates: list[Truncate] | None = None
+    has_toast: bool | None = None
+
+
+def apply_batch(
+    batch_df: DataFrame, batch_id: int, pipeline: Pipeline, source: Source, app_id: str, state: StreamState | None = None
+) -> SilverStats:
+    """Apply one micro-batch of bronze rows to the source's silver tables.
+
+    Safe to call again with the same `batch_id` (a replay): every write carries
+    (`app_id`:table, `batch_id`) as Delta txn, and planning from the tables' state makes the
+    replay a no-op anyway. Work is proportional to the keys in the batch (a truncate touches
+    every key alive at it). Spark jobs: one aggregation over the batch, then the changes, the
+    touched keys' stored history, the timeline and the plan are each materialized once, one
+    count, then the writes.
+    """
+    spark = batch_df.sparkSession
+    keys = _keys(source)
+    state = state if state is not None else StreamState()
+    clock = _Clock(f"silver {source.name} batch {batch_id}")
+    stats = SilverStats(batches=1)
+    summary = batch_df.select(batch_summary(batch_df, source).alias("s")).first()["s"]
+    clock.lap("summary")
+    stats.changes_read, stats.tombstones, stats.truncates, stats.skipped = (
+        summary["changes_read"], summary["tombstones"], summary["truncates"], summary["skipped"]
+    )
+    n_changes = summary["distinct_changes"]
+    stats.duplicates = (stats.changes_read - stats.tombstones - stats.truncates - stats.skipped) - n_changes
+    batch_truncates: list[Truncate] = sorted({(t["_sequence"], t["_source_ts"]) for t in summary["truncate_events"]})
+    if n_changes == 0 and not batch_truncates:
+        return stats
+
+    current_name = silver_current_table(pipeline, source)
+    history_name = silver_history_table(pipeline, source)
+    if state.truncates is None:
+        state.truncates = read_truncates(spark, pipeline, source)
+    if state.has_toast is None:
+        state.has_toast = spark.table(toast_table(pipeline, source)).limit(1).count() > 0
+    known_truncates = list(state.truncates)
+    all_truncates = sorted(set(known_truncates) | set(batch_truncates))
+    new_truncates = [t for t in batch_truncates if t not in set(known_truncates)]
+    stats.duplicates += len(batch_truncates) - len(new_truncates)
+    horizon = compacted_before(spark, pipeline, source)
+    clock.lap("watermarks")
+
+    moves = summary["moves_with_placeholders"] > 0
+    changes = dedupe_changes(changes_from_bronze(batch_df, source), source)
+    changes = (changes if moves else changes.drop("_old_key")).localCheckpoint(eager=True)
+    history = spark.table(history_name)
+    touched = changes.select(*keys)
+    if moves:
+        # A primary-key change with placeholders reads its old key's history too (for the
+        # values it carries over), so the batch's key bounds no longer cover what is read.
+        old_keys = changes.filter(F.col("_old_key").isNotNull()).select(*[F.col(f"_old_key.{k}").alias(k) for k in keys])
+        touched = touched.unionByName(old_keys)
+    if batch_truncates:
+        # A truncate touches every key alive at it: no key bounds, the whole table is in play.
+        bounds: dict[str, tuple[Any, Any]] = {}
+        for t_seq, _ in batch_truncates:
+            seq = F.lit(t_seq).cast(SEQUENCE_TYPE)
+            alive = (
+                (F.col("_sequence") < seq)
+                & ~F.col("_deleted")
+                & (F.col("_valid_to_sequence").isNull() | (F.col("_valid_to_sequence") > seq))
+            )
+            touched = touched.unionByName(history.filter(alive).select(*keys))
+    elif moves:
+        bounds = {}
+    else:
+        bounds = {k: (summary[f"lo_{k}"], summary[f"hi_{k}"]) for k in _bounded_keys(source)}
+    touched = touched.distinct()
+    if not batch_truncates and n_changes <= BROADCAST_KEYS_LIMIT:
+        touched = F.broadcast(touched)
+    in_range = key_bounds_condition(None, bounds)
+    existing = history.filter(in_range).join(touched, keys, "left_semi")
+    if state.has_toast:
+        toast = spark.table(toast_table(pipeline, source)).filter(in_range).join(touched, keys, "left_semi")
+        existing = existing.join(toast.select(*keys, "_sequence", "_unavailable"), [*keys, "_sequence"], "left")
+        unavailable = F.coalesce(F.col("_unavailable"), _empty_string_array())
+    else:
+        unavailable = _empty_string_array()
+    existing = existing.withColumn("_unavailable", unavailable).localCheckpoint(eager=True)
+    existing_current = spark.table(current_name).filter(in_range).join(touched, keys, "left_semi")
+    clock.lap("read")
+    timeline = build_timeline(existing, changes, all_truncates, source).localCheckpoint(eager=True)
+    clock.lap("timeline")
+    floor = max(known_truncates) if known_truncates else None
+    plan = plan_batch(
+        timeline, changes, existing, existing_current, floor, pipeline.options.late_grace_days, horizon, source
+    ).localCheckpoint(eager=True)
+    clock.lap("plan")
+
+    target, action = F.col("_target"), F.col("_action")
+    c = plan.groupBy().agg(
+        F.count(F.when((target == "history") & (action != "delete"), 1)).alias("history_written"),
+        F.count(F.when((target == "history") & (action == "delete"), 1)).alias("history_removed"),
+        F.count(F.when(target == "current", 1)).alias("current_upserted"),
+        F.count(F.when(target == "toast", 1)).alias("toast"),
+        F.count(F.when((target == "change") & F.col("_duplicate"), 1)).alias("duplicates"),
+        F.count(F.when((target == "change") & F.col("_out_of_order"), 1)).alias("out_of_order"),
+        F.count(F.when((target == "change") & F.col("_late_reason").isNotNull(), 1)).alias("late"),
+    ).first()
+    stats.history_written, stats.history_removed = c["history_written"], c["history_removed"]
+    stats.current_upserted, stats.out_of_order, stats.late = c["current_upserted"], c["out_of_order"], c["late"]
+    stats.duplicates += c["duplicates"]
+    clock.lap("count")
+
+    # Writes, each tagged with its own txn appId. The facts the plan derives from (truncates,
+    # TOAST placeholders) go first, so a crash between writes replans the same result.
+    _record_truncates(spark, pipeline, source, new_truncates, app_id, batch_id)
+    state.truncates = all_truncates
+    if c["toast"]:
+        toast_rows = plan.filter(target == "toast").select(*[f.name for f in toast_schema(source).fields])
+        _append(toast_rows, toast_table(pipeline, source), f"{app_id}:toast", batch_id)
+        state.has_toast = True
+    if stats.history_written or stats.history_removed:
+        with delta_txn(spark, f"{app_id}:history", batch_id):
+            _merge_history(spark, history_name, plan.filter(target == "history"), source, bounds)
+        clock.lap("merge history")
+    if stats.current_upserted:
+        with delta_txn(spark, f"{app_id}:current", batch_id):
+            _merge_current(spark, current_name, plan.filter(target == "current"), source, bounds)
+        clock.lap("merge current")
+    if stats.late:
+        _append(late_records(plan.filter(target == "change"), source), late_changes_table(pipeline), f"{app_id}:late", batch_id)
+    clock.done()
+    return stats
+
+
+class _Clock:
+    """Phase timings of a batch, logged at DEBUG (where a slow batch spends its time)."""
+
+    def __init__(self, label: str) -> None:
+        self.label, self.start, self.last, self.laps = label, time.perf_counter(), time.perf_counter(), []
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.laps.append(f"{name} {now - self.last:.2f}s")
+        self.last = now
+
+    def done(self) -> None:
+        log.debug("%s: %s; total %.2fs", self.label, ", ".join(self.laps), time.perf_counter() - self.start)
+
+
+def _append(df: DataFrame, table: str, app_id: str, version: int) -> None:
+    df.write.format("delta").mode("append").option("txnAppId", app_id).option("txnVersion", version).saveAsTable(table)
+
+
+def _record_truncates(
+    spark: SparkSession, pipeline: Pipeline, source: Source, truncates: Sequence[Truncate], app_id: str, batch_id: int
+) -> None:
+    if not truncates:
+        return
+    rows = [(source.name, Decimal(s), ts) for s, ts in truncates]
+    df = spark.createDataFrame(rows, "source string, sequence decimal(38,0), source_ts timestamp").withColumn(
+        "recorded_at", write_time()
+    )
+    _append(df, truncates_table(pipeline), f"{app_id}:truncates", batch_id)
+
+
+def _merge_history(spark: SparkSession, name: str, plan: DataFrame, source: Source, bounds: dict[str, tuple[Any, Any]]) -> None:
+    cond = key_bounds_condition("t", bounds)
+    for k in [*source.primary_key, "_sequence"]:
+        cond = cond & (F.col(f"t.{k}") == F.col(f"s.{k}"))
+    cols = [f.name for f in silver_history_schema(source).fields if f.name != "_recorded_at"]
+    values = {c: F.col(f"s.{c}") for c in cols} | {"_recorded_at": write_time()}
+    (
+        DeltaTable.forName(spark, name).alias("t")
+        .merge(plan.alias("s"), cond)
+        .whenMatchedDelete(condition=F.col("s._action") == "delete")
+        .whenMatchedUpdate(condition=F.col("s._action") != "delete", set=values)
+        .whenNotMatchedInsert(condition=F.col("s._action") != "delete", values=values)
+        .execute()
+    )
+
+
+def _merge_current(spark: SparkSession, name: str, plan: DataFrame, source: Source, bounds: dict[str, tuple[Any, Any]]) -> None:
+    cond = key_bounds_condition("t", bounds)
+    for k in source.primary_key:
+        cond = cond & (F.col(f"t.{k}") == F.col(f"s.{k}"))
+    cols = [f.name for f in silver_current_schema(source).fields if f.name != "_updated_at"]
+    values = {c: F.col(f"s.{c}") for c in cols} | {"_updated_at": write_time()}
+    replaces = replaces_current(
+        F.col("s._sequence"), F.col("s._row_hash"), F.col("s._deleted"),
+        F.col("t._sequence"), F.col("t._row_hash"), F.col("t._deleted"),
+    )
+    (
+        DeltaTable.forName(spark, name).alias("t")
+        .merge(plan.alias("s"), cond)
+        .whenMatchedUpdate(condition=replaces, set=values)
+        .whenNotMatchedInsert(condition=~F.col("s._deleted"), values=values)
+        .execute()
+    )
+
+

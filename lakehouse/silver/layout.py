@@ -1,0 +1,155 @@
+"""Silver's tables and their layouts: current, history, truncates, TOAST values, late changes."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from delta.tables import DeltaTable
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    ArrayType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from lakehouse.declaration import Pipeline, Source
+from lakehouse.errors import CdcEnrichError
+from lakehouse.silver.plan import COMPACTED_BEFORE_PROPERTY, Truncate
+from lakehouse.tables import (
+    SEQUENCE_TYPE,
+    key_struct,
+    late_changes_table,
+    silver_current_schema,
+    silver_current_table,
+    silver_history_schema,
+    silver_history_table,
+)
+
+# --------------------------------------------------------------------------- names and layouts
+
+
+def truncates_table(pipeline: Pipeline) -> str:
+    """silver._truncates: every truncate applied, per source (the table's truncate watermarks)."""
+    return pipeline.tables.qualified("silver", "_truncates")
+
+
+def toast_table(pipeline: Pipeline, source: Source) -> str:
+    """silver._toast_<source>: which columns of a history version were TOAST placeholders."""
+    return pipeline.tables.qualified("silver", f"_toast_{source.name}")
+
+
+def live_view(pipeline: Pipeline, source: Source) -> str:
+    """silver.<source>_live: the current rows that are not deleted, source columns only."""
+    return pipeline.tables.qualified("silver", f"{source.name}_live")
+
+
+def late_changes_schema() -> StructType:
+    """silver._late_changes: one row per change that arrived later than the grace (or retention)."""
+    return StructType(
+        [
+            StructField("source", StringType(), False),
+            StructField("key", StringType(), False),  # the primary key as JSON
+            StructField("sequence", SEQUENCE_TYPE, False),
+            StructField("op", StringType(), False),
+            StructField("source_ts", TimestampType(), True),
+            StructField("late_by_ms", LongType(), True),  # behind the key's current version, source time
+            StructField("reason", StringType(), False),  # late | beyond_retention
+            StructField("recorded_at", TimestampType(), False),
+        ]
+    )
+
+
+def truncates_schema() -> StructType:
+    return StructType(
+        [
+            StructField("source", StringType(), False),
+            StructField("sequence", SEQUENCE_TYPE, False),
+            StructField("source_ts", TimestampType(), True),
+            StructField("recorded_at", TimestampType(), False),
+        ]
+    )
+
+
+def toast_schema(source: Source) -> StructType:
+    return StructType(
+        list(key_struct(source).fields)
+        + [
+            StructField("_sequence", SEQUENCE_TYPE, False),
+            StructField("_unavailable", ArrayType(StringType(), True), False),
+        ]
+    )
+
+
+# --------------------------------------------------------------------------- tables
+
+
+def ensure_silver_tables(spark: SparkSession, pipeline: Pipeline, source: Source, deletion_vectors: bool = True) -> None:
+    """Create the silver schema, the source's current/history/TOAST tables, the shared
+    truncates and late-change tables and the `<source>_live` view (idempotent).
+
+    Current has Change Data Feed on (gold streams it). Deletion vectors are on by default: a
+    MERGE then marks the changed rows instead of rewriting whole files (see bench_silver).
+    """
+    schema = ".".join(p for p in (pipeline.tables.catalog, pipeline.tables.silver_schema) if p)
+    spark.sql(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+    dv = "true" if deletion_vectors else "false"
+    _create(spark, silver_current_table(pipeline, source), silver_current_schema(source),
+            {"delta.enableChangeDataFeed": "true", "delta.enableDeletionVectors": dv})
+    _create(spark, silver_history_table(pipeline, source), silver_history_schema(source), {"delta.enableDeletionVectors": dv})
+    _create(spark, toast_table(pipeline, source), toast_schema(source), {})
+    _create(spark, truncates_table(pipeline), truncates_schema(), {})
+    _create(spark, late_changes_table(pipeline), late_changes_schema(), {})
+    columns = ", ".join(f"`{c}`" for c in source.column_names)
+    spark.sql(
+        f"CREATE OR REPLACE VIEW {live_view(pipeline, source)} AS "
+        f"SELECT {columns} FROM {silver_current_table(pipeline, source)} WHERE NOT _deleted"
+    )
+
+
+def _create(spark: SparkSession, name: str, schema: StructType, properties: dict[str, str]) -> None:
+    """Create the table, or add the columns a source gained since (a column added upstream;
+    bronze adds it too). Existing rows read null for it. A changed type is an error."""
+    if not spark.catalog.tableExists(name):
+        builder = DeltaTable.createIfNotExists(spark).tableName(name).addColumns(schema)
+        for k, v in properties.items():
+            builder = builder.property(k, v)
+        builder.execute()
+        return
+    existing = {f.name: f.dataType for f in spark.table(name).schema.fields}
+    conflicts = [f"{f.name}: {existing[f.name].simpleString()} -> {f.dataType.simpleString()}"
+                 for f in schema.fields if f.name in existing and existing[f.name] != f.dataType]
+    if conflicts:
+        raise CdcEnrichError(
+            f"table {name} has a different layout than the pipeline declares ({'; '.join(conflicts)}); "
+            "write to a new silver schema (tables.silver_schema) and replay bronze, or migrate it by hand"
+        )
+    missing = [f for f in schema.fields if f.name not in existing]
+    if missing:
+        columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in missing)
+        spark.sql(f"ALTER TABLE {name} ADD COLUMNS ({columns})")
+
+
+def read_truncates(spark: SparkSession, pipeline: Pipeline, source: Source) -> list[Truncate]:
+    rows = (
+        spark.table(truncates_table(pipeline))
+        .filter(F.col("source") == source.name)
+        .select("sequence", "source_ts")
+        .distinct()
+        .collect()
+    )
+    return sorted((r["sequence"], r["source_ts"]) for r in rows)
+
+
+def compacted_before(spark: SparkSession, pipeline: Pipeline, source: Source) -> datetime | None:
+    """The history compaction horizon (source time), None when never compacted."""
+    rows = spark.sql(f"SHOW TBLPROPERTIES {silver_history_table(pipeline, source)} ('{COMPACTED_BEFORE_PROPERTY}')").collect()
+    value = rows[0]["value"] if rows else None
+    if value is None or not str(value).lstrip("-").isdigit():
+        return None
+    return datetime.fromtimestamp(int(value) / 1000)  # naive local, as PySpark returns timestamps
+
+

@@ -1,0 +1,71 @@
+"""Reading silver back: as-of queries, late changes, and history compaction."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from delta.tables import DeltaTable
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    TimestampType,
+)
+
+from lakehouse.declaration import Pipeline, Source
+from lakehouse.silver.layout import compacted_before, toast_table
+from lakehouse.silver.plan import COMPACTED_BEFORE_PROPERTY, history_as_of
+from lakehouse.tables import (
+    late_changes_table,
+    silver_history_table,
+)
+
+# --------------------------------------------------------------------------- reads and maintenance
+
+
+def as_of(spark: SparkSession, pipeline: Pipeline, source: str | Source, ts: datetime | str) -> DataFrame:
+    """The rows of `source` as of source time `ts`: per key the version valid then, deleted
+    keys excluded (history layout). Delta's VERSION/TIMESTAMP AS OF answer "as the lake
+    was"; this answers "as the source database was"."""
+    src = pipeline.source(source) if isinstance(source, str) else source
+    return history_as_of(spark.table(silver_history_table(pipeline, src)), ts, src)
+
+
+def compact_history(
+    spark: SparkSession,
+    pipeline: Pipeline,
+    source: str | Source,
+    retention_days: int | None = None,
+    now: datetime | None = None,
+) -> int:
+    """Drop history versions whose `_valid_to` is older than the retention; return how many.
+
+    The current version of a key (`_valid_to` null), including a delete marker, is never
+    dropped. The horizon is kept as a history table property so later changes older than it
+    are recorded in `_late_changes` (reason `beyond_retention`) instead of vanishing.
+    """
+    src = pipeline.source(source) if isinstance(source, str) else source
+    days = retention_days if retention_days is not None else pipeline.options.history_retention_days
+    now = now or datetime.now()  # naive local, PySpark's convention for timestamp literals
+    cutoff = now - timedelta(days=days)
+    name = silver_history_table(pipeline, src)
+    expired = F.col("_valid_to").isNotNull() & (F.col("_valid_to") < F.lit(cutoff).cast(TimestampType()))
+    count = spark.table(name).filter(expired).count()
+    if count:
+        DeltaTable.forName(spark, name).delete(expired)
+        keys = [*src.primary_key, "_sequence"]
+        orphans = spark.table(toast_table(pipeline, src)).join(spark.table(name).select(*keys), keys, "left_anti")
+        cond = F.lit(True)
+        for k in keys:
+            cond = cond & (F.col(f"t.{k}") == F.col(f"s.{k}"))
+        DeltaTable.forName(spark, toast_table(pipeline, src)).alias("t").merge(orphans.alias("s"), cond).whenMatchedDelete().execute()
+    previous = compacted_before(spark, pipeline, src)
+    horizon = max(cutoff, previous) if previous else cutoff
+    millis = int(horizon.timestamp() * 1000)
+    spark.sql(f"ALTER TABLE {name} SET TBLPROPERTIES ('{COMPACTED_BEFORE_PROPERTY}' = '{millis}')")
+    return count
+
+
+def late_changes(spark: SparkSession, pipeline: Pipeline, source: str | None = None) -> DataFrame:
+    """The recorded late changes, optionally for one source."""
+    df = spark.table(late_changes_table(pipeline))
+    return df.filter(F.col("source") == source) if source else df

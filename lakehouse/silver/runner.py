@@ -1,0 +1,102 @@
+"""Silver's streams: one query per source over bronze, each batch applied once."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Callable
+
+from pyspark.sql import DataFrame, SparkSession
+
+from lakehouse.declaration import Pipeline, Source
+from lakehouse.errors import CdcEnrichError
+from lakehouse.paths import checkpoint_dir
+from lakehouse.silver.apply import SilverReport, SilverStats, StreamState, apply_batch
+from lakehouse.silver.layout import ensure_silver_tables
+from lakehouse.silver.plan import APP_ID_FILE
+from lakehouse.tables import (
+    bronze_table,
+    silver_current_table,
+)
+
+# --------------------------------------------------------------------------- runner
+
+
+def stream_app_id(checkpoint: Path) -> str:
+    """The txn appId of one stream: a uuid kept inside its checkpoint.
+
+    Delta skips a write whose (appId, version) is not above the last recorded; batch ids
+    restart at 0 with a new checkpoint, so the appId must change with the checkpoint, or a
+    reset stream would silently write nothing.
+    """
+    checkpoint.mkdir(parents=True, exist_ok=True)
+    marker = checkpoint / APP_ID_FILE
+    if not marker.exists():
+        marker.write_text(f"silver-{uuid.uuid4()}\n")
+    return marker.read_text().strip()
+
+
+def silver_checkpoint(pipeline: Pipeline, source: Source, lake: Path) -> Path:
+    """One checkpoint per target table (catalog and schema included, so variants never share)."""
+    return checkpoint_dir(lake, pipeline.name, f"silver__{silver_current_table(pipeline, source)}")
+
+
+def run_silver(
+    spark: SparkSession,
+    pipeline: Pipeline,
+    lake: Path,
+    sources: list[str] | None = None,
+    trigger: str = "available_now",
+    progress: Callable[[str], None] | None = None,
+) -> SilverReport:
+    """Stream each source's bronze table into its silver tables (one query per source).
+
+    `trigger`: `available_now` (drain what is there, then return) or `processing_time`
+    (`options.processing_time`; runs until stopped). `progress(message)` gets one line per
+    batch.
+    """
+    names = sources or list(pipeline.sources)
+    report = SilverReport()
+    queries = []
+    try:
+        for name in names:
+            source = pipeline.source(name)
+            bronze = bronze_table(pipeline, source)
+            if not spark.catalog.tableExists(bronze):
+                raise CdcEnrichError(f"bronze table {bronze} does not exist: run the bronze job for {name!r} first")
+            ensure_silver_tables(spark, pipeline, source)
+            checkpoint = silver_checkpoint(pipeline, source, lake)
+            app_id = stream_app_id(checkpoint)
+            report.sources.setdefault(name, SilverStats())
+            state = StreamState()
+
+            def on_batch(
+                batch_df: DataFrame, batch_id: int, source: Source = source, app_id: str = app_id, state: StreamState = state
+            ) -> None:
+                stats = apply_batch(batch_df, batch_id, pipeline, source, app_id, state)
+                report.add(source.name, stats)
+                if progress is not None:
+                    progress(f"silver {source.name} batch {batch_id}: {stats.describe()}")
+
+            writer = (
+                spark.readStream.format("delta").table(bronze)
+                .writeStream.foreachBatch(on_batch)
+                .option("checkpointLocation", str(checkpoint))
+                .queryName(f"silver_{pipeline.tables.silver_schema}_{name}")
+            )
+            if trigger == "available_now":
+                writer = writer.trigger(availableNow=True)
+            elif trigger == "processing_time":
+                writer = writer.trigger(processingTime=pipeline.options.processing_time)
+            else:
+                raise ValueError(f"trigger must be available_now or processing_time, got {trigger!r}")
+            queries.append(writer.start())
+        for query in queries:
+            query.awaitTermination()
+    finally:
+        for query in queries:
+            if query.isActive:
+                query.stop()
+    return report
+
+

@@ -1,0 +1,195 @@
+"""`cdc-enrich verify`: does every gold table equal the plain SQL join of the latest state?
+
+The state is the simulator's truth (what the source databases hold, written by the simulator)
+when a directory is given, else silver current's live rows. Per view the report counts rows
+missing from gold, extra in gold, and different (same key, other values), and gold rows whose
+recorded lineage is stale: a `_<alias>_hash` that differs from the hash of the current silver
+row it should be built from, or a `_<alias>_seq` newer than silver's (built from the future).
+A recorded sequence *older* than silver's is fine: gold is not rewritten for a change to a
+column the view does not read (see `lakehouse.gold`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from lakehouse.declaration import Pipeline
+from lakehouse.gold import join_view, live_rows, view_plan
+from lakehouse.verify.oracle import oracle_view, silver_live_state
+from lakehouse.tables import gold_table, row_struct, silver_current_table
+
+
+@dataclass
+class FrameDiff:
+    """How two keyed frames differ: counts plus a few sample keys of each kind."""
+
+    expected_rows: int = 0
+    actual_rows: int = 0
+    missing: int = 0
+    extra: int = 0
+    different: int = 0
+    duplicate_keys: int = 0
+    samples: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not (self.missing or self.extra or self.different or self.duplicate_keys)
+
+
+def diff_frames(
+    expected: DataFrame, actual: DataFrame, key: Sequence[str], columns: Sequence[str], samples: int = 5
+) -> FrameDiff:
+    """Compare two frames keyed by `key` on `columns` (null-safe), in one aggregation.
+
+    Samples (a second small job) are taken only when something differs.
+    """
+    e = expected.select(*[F.col(c).alias(f"e_{c}") for c in columns]).withColumn("_e", F.lit(True))
+    a = actual.select(*[F.col(c).alias(f"a_{c}") for c in columns]).withColumn("_a", F.lit(True))
+    cond = None
+    for k in key:
+        term = F.col(f"e_{k}").eqNullSafe(F.col(f"a_{k}"))
+        cond = term if cond is None else cond & term
+    joined = e.join(a, cond, "full_outer")
+    same = F.lit(True)
+    for c in columns:
+        same = same & F.col(f"e_{c}").eqNullSafe(F.col(f"a_{c}"))
+    kind = (
+        F.when(F.col("_a").isNull(), "missing")
+        .when(F.col("_e").isNull(), "extra")
+        .when(~same, "different")
+        .otherwise("same")
+    )
+    labelled = joined.withColumn("_kind", kind)
+    counts = {r["_kind"]: r["n"] for r in labelled.groupBy("_kind").agg(F.count(F.lit(1)).alias("n")).collect()}
+    dup = actual.groupBy(*key).count().where("count > 1").count()
+    diff = FrameDiff(
+        expected_rows=counts.get("missing", 0) + counts.get("different", 0) + counts.get("same", 0),
+        actual_rows=counts.get("extra", 0) + counts.get("different", 0) + counts.get("same", 0),
+        missing=counts.get("missing", 0),
+        extra=counts.get("extra", 0),
+        different=counts.get("different", 0),
+        duplicate_keys=dup,
+    )
+    if not diff.ok and samples:
+        for row in labelled.where("_kind <> 'same'").limit(samples).collect():
+            side = "a" if row["_kind"] == "extra" else "e"
+            keys = ", ".join(f"{k}={row[f'{side}_{k}']!r}" for k in key)
+            if row["_kind"] == "different":
+                cols = [c for c in columns if row[f"e_{c}"] != row[f"a_{c}"]]
+                detail = "; ".join(f"{c}: expected {row[f'e_{c}']!r}, gold {row[f'a_{c}']!r}" for c in cols)
+                diff.samples.append(f"different ({keys}): {detail}")
+            else:
+                diff.samples.append(f"{row['_kind']} ({keys})")
+    return diff
+
+
+@dataclass
+class ViewCheck:
+    view: str
+    diff: FrameDiff = field(default_factory=FrameDiff)
+    stale_hashes: int = 0
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.diff.ok and self.stale_hashes == 0
+
+    def render(self) -> str:
+        if self.error:
+            return f"  {self.view}: ERROR {self.error}"
+        d = self.diff
+        status = "ok" if self.ok else "DIFFERENT"
+        lines = [
+            f"  {self.view}: {status}: {d.actual_rows} gold row(s), {d.expected_rows} expected; "
+            f"missing {d.missing}, extra {d.extra}, different {d.different}, "
+            f"duplicate keys {d.duplicate_keys}, stale hashes {self.stale_hashes}"
+        ]
+        lines += [f"    {s}" for s in d.samples]
+        return "\n".join(lines)
+
+
+@dataclass
+class VerifyReport:
+    state: str  # where the expected state came from
+    views: list[ViewCheck] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(v.ok for v in self.views)
+
+    def render(self) -> str:
+        head = f"verify against {self.state}: {'OK' if self.ok else 'DIFFERENCES FOUND'}"
+        return "\n".join([head] + [v.render() for v in self.views])
+
+
+def stale_lineage(spark: SparkSession, pipeline: Pipeline, view: str) -> int:
+    """Gold rows whose recorded lineage does not match silver current (see the module doc)."""
+    plan = view_plan(pipeline, view)
+    live = {s.name: live_rows(spark, pipeline, s) for s in plan.sources}
+    current = join_view(plan, live)
+    gold = spark.read.table(gold_table(pipeline, view))
+    g = gold.select(*[F.col(c).alias(f"g_{c}") for c in plan.key_columns + plan.lineage_columns])
+    c = current.select(*[F.col(x).alias(f"c_{x}") for x in plan.key_columns + plan.lineage_columns])
+    cond = None
+    for k in plan.key_columns:
+        term = F.col(f"g_{k}").eqNullSafe(F.col(f"c_{k}"))
+        cond = term if cond is None else cond & term
+    stale = F.lit(False)
+    for alias in plan.aliases:
+        stale = stale | ~F.col(f"g_{alias.gold_hash}").eqNullSafe(F.col(f"c_{alias.gold_hash}"))
+        stale = stale | (F.col(f"g_{alias.gold_seq}") > F.col(f"c_{alias.gold_seq}"))
+    return g.join(c, cond, "inner").where(stale).count()
+
+
+def _truth_state(spark: SparkSession, pipeline: Pipeline, truth_dir: Path) -> Mapping[str, DataFrame]:
+    from lakehouse.verify.truth import read_truth_frames
+
+    return read_truth_frames(spark, pipeline, truth_dir)
+
+
+def verify_pipeline(
+    spark: SparkSession,
+    pipeline: Pipeline,
+    truth_dir: Path | None = None,
+    views: Sequence[str] | None = None,
+) -> VerifyReport:
+    """Compare every (or the named) gold view with `oracle_view` over the truth or silver."""
+    names = list(views) if views else list(pipeline.views)
+    if truth_dir is not None:
+        state = dict(_truth_state(spark, pipeline, Path(truth_dir)))
+        report = VerifyReport(state=f"source truth in {truth_dir}")
+    else:
+        state = {}
+        report = VerifyReport(state="silver current (live rows)")
+    for name in names:
+        check = ViewCheck(name)
+        report.views.append(check)
+        if name not in pipeline.views:
+            check.error = f"no view {name!r} in pipeline {pipeline.name!r} (declared: {', '.join(pipeline.views)})"
+            continue
+        plan = view_plan(pipeline, name)
+        missing = [
+            t
+            for t in [gold_table(pipeline, name)] + [silver_current_table(pipeline, s) for s in plan.sources]
+            if not spark.catalog.tableExists(t)
+        ]
+        if missing:
+            check.error = f"table(s) not found: {', '.join(missing)}; run the pipeline first"
+            continue
+        if truth_dir is None:
+            view_state = silver_live_state(spark, pipeline, [s.name for s in plan.sources])
+        else:
+            view_state = {
+                s.name: state[s.name] if s.name in state else spark.createDataFrame([], row_struct(s))
+                for s in plan.sources
+            }  # a source with no rows in the truth is an empty table
+        expected = oracle_view(spark, pipeline, name, view_state)
+        actual = spark.read.table(gold_table(pipeline, name))
+        check.diff = diff_frames(expected, actual, plan.key_columns, plan.output_columns)
+        check.stale_hashes = stale_lineage(spark, pipeline, name)
+    return report
