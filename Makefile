@@ -6,7 +6,7 @@ CLI := $(VENV)/bin/cdc-enrich
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: setup demo test test-slow test-postgres bench stack-up stack-down clean
+.PHONY: setup demo test test-unit test-integration test-e2e test-slow test-postgres bench stack-up stack-down clean
 
 setup:
 	@bash tools/setup.sh
@@ -15,14 +15,25 @@ setup:
 demo: setup
 	@$(CLI) demo $(if $(POSTGRES),--with-postgres)
 
+# The whole default suite (every tier; the long randomized runs are `make test-slow`), with the
+# slowest tests listed so that CI shows where the time goes.
 test: setup
-	@$(PY) -m pytest -q tests
+	@$(PY) -m pytest -q --durations=15 tests
+
+test-unit: setup
+	@$(PY) -m pytest -q tests/unit
+
+test-integration: setup
+	@$(PY) -m pytest -q tests/integration
+
+test-e2e: setup
+	@$(PY) -m pytest -q tests/e2e
 
 test-slow: setup
 	@$(PY) -m pytest -q -m "slow" tests
 
 test-postgres: setup
-	@$(PY) -m pytest -q tests/test_postgres_e2e.py
+	@$(PY) -m pytest -q -m "slow or not slow" tests/e2e/test_postgres_e2e.py
 
 bench: setup
 	@$(CLI) bench all

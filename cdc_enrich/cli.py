@@ -8,18 +8,17 @@ CDC_ENRICH_LAKE), the root of every local table, checkpoint and broker file.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from lakehouse.entry import STAGES, exit_code
 from lakehouse.errors import CdcEnrichError
 from lakehouse.paths import REPO_ROOT, lake_root
 from cdc_enrich.render import render_rows, show_query  # noqa: F401 (part of the CLI's API)
 
 DEFAULT_PIPELINE = REPO_ROOT / "schemas" / "shop" / "pipeline.yml"
-STAGES = ("bronze", "silver", "gold", "quality")
 
 
 def _say(message: str) -> None:
@@ -41,23 +40,21 @@ def _spark(args: argparse.Namespace):
     return get_spark(args.lake)
 
 
-def _bootstrap(args: argparse.Namespace, pipeline: Any | None = None) -> str:
-    """Kafka to read: --bootstrap, then env, then the pipeline file, then the local stack."""
-    if getattr(args, "bootstrap", None):
-        return args.bootstrap
-    if os.environ.get("CDC_ENRICH_KAFKA_BOOTSTRAP"):
-        return os.environ["CDC_ENRICH_KAFKA_BOOTSTRAP"]
-    if pipeline is not None and pipeline.kafka.bootstrap_servers:
-        return pipeline.kafka.bootstrap_servers
-    from devstack.broker import broker_status
+def _bootstrap(args: argparse.Namespace, pipeline: Any) -> str:
+    """Kafka to read, by the entry layer's precedence; the local stack's broker must be running."""
+    from lakehouse.entry import resolve_bootstrap
 
-    status = broker_status(lake_root(args.lake))
-    if not status.running:
-        raise CdcEnrichError(
-            "no Kafka broker to talk to: start the local one with `cdc-enrich stack up`, or pass "
-            "--bootstrap HOST:PORT (or set CDC_ENRICH_KAFKA_BOOTSTRAP)"
-        )
-    return status.bootstrap
+    lake = lake_root(args.lake)
+    chosen = resolve_bootstrap(getattr(args, "bootstrap", None), pipeline, lake)
+    if chosen.origin == "local stack":
+        from devstack.broker import broker_status
+
+        if not broker_status(lake).running:
+            raise CdcEnrichError(
+                "no Kafka broker to talk to: start the local one with `cdc-enrich stack up`, or pass "
+                "--bootstrap HOST:PORT (or set CDC_ENRICH_KAFKA_BOOTSTRAP)"
+            )
+    return chosen.servers
 
 
 # --------------------------------------------------------------------------- subcommands
@@ -186,25 +183,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def run_stage(stage: str, spark: Any, pipeline: Any, lake: Path, args: argparse.Namespace) -> Any:
+    """One stage through the entry layer, with the CLI's --bootstrap/--trigger and progress lines."""
+    from lakehouse.entry import run_stage as run_one
+
+    bootstrap = _bootstrap(args, pipeline) if stage == "bronze" else None
     progress: Callable[[str], None] = lambda message: _say(f"  {message}")
-    trigger = getattr(args, "trigger", None) or pipeline.options.trigger
-    if stage == "bronze":
-        from lakehouse.bronze import run_bronze
-
-        return run_bronze(spark, pipeline, lake, _bootstrap(args, pipeline), trigger=trigger, progress=progress)
-    if stage == "silver":
-        from lakehouse.silver import run_silver
-
-        return run_silver(spark, pipeline, lake, trigger=trigger, progress=progress)
-    if stage == "gold":
-        from lakehouse.gold import run_gold
-
-        return run_gold(spark, pipeline, lake, trigger=trigger, progress=progress)
-    if stage == "quality":
-        from quality.runner import run_quality
-
-        return run_quality(spark, pipeline, lake)
-    raise CdcEnrichError(f"unknown stage {stage!r}; expected one of {', '.join(STAGES)}")
+    return run_one(stage, spark, pipeline, lake, bootstrap=bootstrap, trigger=getattr(args, "trigger", None), progress=progress)
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -400,7 +384,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except CdcEnrichError as exc:
         print(f"cdc-enrich {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+        return exit_code(exc)
     except KeyboardInterrupt:
         return 130
 

@@ -26,7 +26,7 @@ def _banner(title: str) -> None:
 
 def run_demo(args: argparse.Namespace) -> int:
     from testkit import simulator, stack
-    from cdc_enrich.cli import render_rows, run_stage, show_query
+    from cdc_enrich.render import render_rows, show_query
     from lakehouse.declaration import load_pipeline
     from lakehouse.spark import build_local_spark, ensure_schemas
     from lakehouse.tables import bronze_table, gold_table, quarantine_table, silver_current_table, silver_history_table
@@ -57,7 +57,6 @@ def run_demo(args: argparse.Namespace) -> int:
 
     spark = build_local_spark(lake, app_name="cdc-enrich-demo")
     ensure_schemas(spark, pipeline)
-    stage_args = argparse.Namespace(bootstrap=status.bootstrap, trigger="available_now", lake=str(lake))
     if with_postgres:
         # Drains bronze -> silver -> gold until caught up with the database's LSN (the stage
         # runs below then have nothing left to read and only print), then compares.
@@ -68,7 +67,7 @@ def run_demo(args: argparse.Namespace) -> int:
             print(pg_report.render())
 
     _banner("3. bronze: Kafka -> append-only Delta, malformed records to quarantine")
-    _run(run_stage, "bronze", spark, pipeline, lake, stage_args)
+    _run("bronze", spark, pipeline, lake, status.bootstrap)
     rows = [
         (src.name, spark.table(bronze_table(pipeline, src)).count())
         for src in pipeline.sources.values()
@@ -77,7 +76,7 @@ def run_demo(args: argparse.Namespace) -> int:
     print(render_rows(["table", "bronze rows"], rows))
 
     _banner("4. silver: current state + full per-key history (out-of-order safe)")
-    _run(run_stage, "silver", spark, pipeline, lake, stage_args)
+    _run("silver", spark, pipeline, lake, status.bootstrap)
     rows = []
     for src in pipeline.sources.values():
         current = spark.table(silver_current_table(pipeline, src))
@@ -94,7 +93,7 @@ def run_demo(args: argparse.Namespace) -> int:
 
     if pipeline.views:
         _banner("5. gold: incremental foreign-key joins")
-        _run(run_stage, "gold", spark, pipeline, lake, stage_args)
+        _run("gold", spark, pipeline, lake, status.bootstrap)
         for view in pipeline.views.values():
             print(f"\n{gold_table(pipeline, view.name)}: {spark.table(gold_table(pipeline, view.name)).count()} rows")
             cols = ", ".join(c.name for c in view.columns)
@@ -111,7 +110,7 @@ def run_demo(args: argparse.Namespace) -> int:
             print(report.render())
 
         _banner("7. data quality (great-expectations)")
-        _run(run_stage, "quality", spark, pipeline, lake, stage_args)
+        _run("quality", spark, pipeline, lake, status.bootstrap)
 
     verified = pg_report.ok if with_postgres else (report.ok if pipeline.views else True)
     _banner("done" if verified else "done: VERIFY FOUND DIFFERENCES (see above)")
@@ -160,9 +159,12 @@ def _postgres_workload(args: argparse.Namespace, pipeline: Any, lake: Path, boot
     return dsn
 
 
-def _run(run_stage: Any, stage: str, spark: Any, pipeline: Any, lake: Path, stage_args: argparse.Namespace) -> None:
+def _run(stage: str, spark: Any, pipeline: Any, lake: Path, bootstrap: str) -> None:
+    """One stage through the entry layer (drain what is there), its report and its time."""
+    from lakehouse.entry import run_stage
+
     began = time.monotonic()
-    report = run_stage(stage, spark, pipeline, lake, stage_args)
+    report = run_stage(stage, spark, pipeline, lake, bootstrap=bootstrap, trigger="available_now", progress=lambda m: print(f"  {m}", flush=True))
     if report is not None and hasattr(report, "render"):
         print(report.render())
     print(f"{stage} finished in {time.monotonic() - began:.1f}s")
@@ -187,7 +189,7 @@ def _show_one_history(spark: Any, pipeline: Any) -> None:
     versions = history.where(condition).orderBy("_sequence").select(*shown).collect()
     key_text = ", ".join(f"{c}={busiest[c]}" for c in source.primary_key)
     print(f"\nhistory of {source.name} {key_text} ({len(versions)} versions):")
-    from cdc_enrich.cli import render_rows
+    from cdc_enrich.render import render_rows
 
     print(render_rows(shown, [tuple(r) for r in versions]))
     if len(versions) >= 2 and versions[1]["_valid_from"] is not None:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from devstack import procs
 from lakehouse.errors import StackError
-from lakehouse.paths import jar_cache, jars
+from lakehouse.paths import jar_cache, jars, local_broker_state
 
 DEFAULT_PORT = 19092
 PORT_ENV = "CDC_ENRICH_KAFKA_PORT"
@@ -85,7 +85,7 @@ def _props_file(lake: Path) -> Path:
 
 
 def _state_file(lake: Path) -> Path:
-    return kafka_dir(lake) / "stack.json"
+    return local_broker_state(lake)
 
 
 def _read_state(lake: Path) -> dict[str, object]:

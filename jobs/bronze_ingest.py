@@ -11,12 +11,9 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 
-from lakehouse.errors import CdcEnrichError
-
-BOOTSTRAP_ENV = "CDC_ENRICH_KAFKA_BOOTSTRAP"
+from lakehouse.entry import BOOTSTRAP_ENV, load, resolve_bootstrap, resolve_trigger, run_main
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -25,7 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--pipeline", required=True, help="pipeline declaration (YAML)")
     parser.add_argument("--lake", default=None, help="local lake root (tables, checkpoints); default .lake or $CDC_ENRICH_LAKE")
     parser.add_argument("--bootstrap", default=None,
-                        help=f"Kafka bootstrap servers; default: the pipeline's, ${BOOTSTRAP_ENV}, or the local stack's broker")
+                        help=f"Kafka bootstrap servers; default: ${BOOTSTRAP_ENV}, then the pipeline's, then the local stack's broker")
     parser.add_argument("--trigger", choices=("available_now", "processing_time"), default=None,
                         help="available_now: drain what is there and stop; processing_time: run continuously (default: the pipeline's)")
     parser.add_argument("--max-offsets", type=int, default=None, help="records per micro-batch (default: the pipeline's)")
@@ -44,46 +41,35 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _bootstrap(args: argparse.Namespace, pipeline, lake) -> str:  # noqa: ANN001 - Pipeline, Path
-    if args.bootstrap:
-        return args.bootstrap
-    if pipeline.kafka.bootstrap_servers:
-        return pipeline.kafka.bootstrap_servers
-    if os.environ.get(BOOTSTRAP_ENV):
-        return os.environ[BOOTSTRAP_ENV]
-    from devstack.broker import bootstrap_servers
-
-    return bootstrap_servers(lake)
-
-
 def main(argv: list[str] | None = None) -> int:
+    """Run the bronze stage; 0 on success, 2 on a configuration error, 1 on a failure."""
     args = _args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        from lakehouse.bronze import run_bronze
-        from lakehouse.declaration import load_pipeline
-        from lakehouse.paths import lake_root
-        from lakehouse.spark import get_spark
+    return run_main("bronze_ingest", lambda: _run(args))
 
-        pipeline = load_pipeline(args.pipeline)
-        lake = lake_root(args.lake)
-        bootstrap = _bootstrap(args, pipeline, lake)
-        spark = get_spark(lake, app_name=f"bronze-{pipeline.name}")
-        report = run_bronze(
-            spark,
-            pipeline,
-            lake,
-            bootstrap,
-            trigger=args.trigger or pipeline.options.trigger,
-            max_offsets_per_trigger=args.max_offsets,
-            progress=lambda message: print(message, flush=True),
-            parser=args.parser,
-            undeclared_topics=not args.only_declared_topics,
-            timeout_s=args.timeout,
-        )
-    except CdcEnrichError as exc:
-        print(f"bronze_ingest: {exc}", file=sys.stderr, flush=True)
-        return 1
+
+def _run(args: argparse.Namespace) -> int:
+    from lakehouse.bronze import run_bronze
+    from lakehouse.paths import lake_root
+    from lakehouse.spark import get_spark
+
+    pipeline = load(args.pipeline)
+    lake = lake_root(args.lake)
+    bootstrap = resolve_bootstrap(args.bootstrap, pipeline, lake).servers
+    trigger = resolve_trigger(args.trigger, pipeline)
+    spark = get_spark(lake, app_name=f"bronze-{pipeline.name}")
+    report = run_bronze(
+        spark,
+        pipeline,
+        lake,
+        bootstrap,
+        trigger=trigger,
+        max_offsets_per_trigger=args.max_offsets,
+        progress=lambda message: print(message, flush=True),
+        parser=args.parser,
+        undeclared_topics=not args.only_declared_topics,
+        timeout_s=args.timeout,
+    )
     print(report.render(), flush=True)
     return 0
 

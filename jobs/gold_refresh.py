@@ -6,6 +6,8 @@ import argparse
 import sys
 from typing import Sequence
 
+from lakehouse.entry import load, resolve_trigger, run_main
+
 
 def build_parser() -> argparse.ArgumentParser:
     """`gold_refresh --pipeline P [--lake L] [--view V ...] [--trigger available_now|processing_time]`."""
@@ -18,29 +20,28 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the gold stage; 0 on success, 2 on a configuration error, 1 on a failure."""
     args = build_parser().parse_args(argv)
+    return run_main("gold_refresh", lambda: _run(args))
 
-    from lakehouse.declaration import load_pipeline
-    from lakehouse.errors import CdcEnrichError
+
+def _run(args: argparse.Namespace) -> int:
     from lakehouse.gold import run_gold
     from lakehouse.paths import lake_root
     from lakehouse.spark import ensure_schemas, get_spark
 
-    try:
-        pipeline = load_pipeline(args.pipeline)
-        spark = get_spark(args.lake)
-        ensure_schemas(spark, pipeline)
-        report = run_gold(
-            spark,
-            pipeline,
-            lake_root(args.lake),
-            views=args.view,
-            trigger=args.trigger or pipeline.options.trigger,
-            progress=lambda message: print(f"  {message}", flush=True),
-        )
-    except (CdcEnrichError, KeyError) as exc:
-        print(f"gold_refresh: {exc}", file=sys.stderr)
-        return 2
+    pipeline = load(args.pipeline)
+    trigger = resolve_trigger(args.trigger, pipeline)
+    spark = get_spark(args.lake)
+    ensure_schemas(spark, pipeline)
+    report = run_gold(
+        spark,
+        pipeline,
+        lake_root(args.lake),
+        views=args.view,
+        trigger=trigger,
+        progress=lambda message: print(f"  {message}", flush=True),
+    )
     print(report.render())
     return 0
 

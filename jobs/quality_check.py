@@ -12,6 +12,8 @@ import argparse
 import sys
 from typing import Sequence
 
+from lakehouse.entry import load, run_main
+
 
 def build_parser() -> argparse.ArgumentParser:
     """The task's arguments (the bundle's parameters are checked against this in tests)."""
@@ -33,21 +35,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the quality suites; 0 when they pass, 1 when a check fails, 2 on a configuration error."""
     args = build_parser().parse_args(argv)
+    return run_main("quality_check", lambda: _run(args))
 
-    from lakehouse.declaration import load_pipeline
-    from lakehouse.errors import CdcEnrichError
+
+def _run(args: argparse.Namespace) -> int:
     from lakehouse.paths import lake_root
     from lakehouse.spark import get_spark
     from quality.runner import run_quality, select_suites
     from quality.suites import build_suites
 
-    try:
-        pipeline = load_pipeline(args.pipeline)
-        select_suites(build_suites(pipeline), args.table)  # a misspelt --table fails before Spark starts
-    except (CdcEnrichError, ValueError) as exc:
-        print(f"quality_check: {exc}", file=sys.stderr)
-        return 2
+    pipeline = load(args.pipeline)
+    select_suites(build_suites(pipeline), args.table)  # a misspelt --table fails before Spark starts
     spark = get_spark(args.lake)
     report = run_quality(spark, pipeline, lake_root(args.lake), tables=args.table, run_id=args.run_id)
     print(report.render())

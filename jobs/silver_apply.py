@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 
-from lakehouse.errors import CdcEnrichError
+from lakehouse.entry import load, resolve_trigger, run_main
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -33,29 +32,26 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the silver stage; 0 on success, 1 on a configuration or setup error."""
+    """Run the silver stage; 0 on success, 2 on a configuration error, 1 on a failure."""
     args = _args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        from lakehouse.declaration import load_pipeline
-        from lakehouse.paths import lake_root
-        from lakehouse.silver import run_silver
-        from lakehouse.spark import ensure_schemas, get_spark
+    return run_main("silver_apply", lambda: _run(args))
 
-        pipeline = load_pipeline(args.pipeline)
-        sources = [s.strip() for arg in args.source for s in arg.split(",") if s.strip()] if args.source else None
-        for name in sources or ():
-            pipeline.source(name)  # unknown names fail here, before any stream starts
-        lake = lake_root(args.lake)
-        spark = get_spark(lake, app_name="silver-apply")
-        ensure_schemas(spark, pipeline)
-        report = run_silver(
-            spark, pipeline, lake, sources=sources, trigger=args.trigger or pipeline.options.trigger,
-            progress=lambda message: print(message, flush=True),
-        )
-    except (CdcEnrichError, KeyError) as exc:
-        print(f"silver_apply: {exc}", file=sys.stderr)
-        return 1
+
+def _run(args: argparse.Namespace) -> int:
+    from lakehouse.paths import lake_root
+    from lakehouse.silver import run_silver
+    from lakehouse.spark import ensure_schemas, get_spark
+
+    pipeline = load(args.pipeline)
+    sources = [s.strip() for arg in args.source for s in arg.split(",") if s.strip()] if args.source else None
+    for name in sources or ():
+        pipeline.source(name)  # unknown names fail here, before any stream starts
+    trigger = resolve_trigger(args.trigger, pipeline)
+    lake = lake_root(args.lake)
+    spark = get_spark(lake, app_name="silver-apply")
+    ensure_schemas(spark, pipeline)
+    report = run_silver(spark, pipeline, lake, sources=sources, trigger=trigger, progress=lambda message: print(message, flush=True))
     print(report.render(), flush=True)
     return 0
 

@@ -21,3 +21,21 @@ class SetupError(CdcEnrichError):
 
 class VerificationError(CdcEnrichError):
     """Gold does not equal the oracle join; the message carries the per-view differences."""
+
+
+class UnknownNameError(PipelineConfigError, KeyError):
+    """A name (source, view, column, alias, table) that the pipeline does not declare.
+
+    A KeyError too, so that lookups keep their usual contract; printed as its message."""
+
+    __str__ = BaseException.__str__
+
+
+class StreamError(CdcEnrichError):
+    """A streaming query failed (or could not start); the others of its run were stopped.
+
+    The message names the stream and what to do (rerun: the checkpoints resume it)."""
+
+
+class TableLayoutError(CdcEnrichError):
+    """A table exists with another layout than the pipeline now declares; the message says how to rebuild it."""

@@ -31,3 +31,9 @@ def checkpoint_dir(lake: Path, pipeline_name: str, stream: str) -> Path:
     """One checkpoint per stream; CDC_ENRICH_CHECKPOINTS moves them (e.g. a UC volume)."""
     base = Path(os.environ["CDC_ENRICH_CHECKPOINTS"]) if os.environ.get("CDC_ENRICH_CHECKPOINTS") else lake / "checkpoints"
     return base / pipeline_name / stream
+
+
+def local_broker_state(lake: Path) -> Path:
+    """The local stack's broker record (port, cluster id) for this lake: written by the stack,
+    read by the entry layer to find the broker when nothing else names one."""
+    return Path(lake) / "stack" / "kafka" / "stack.json"

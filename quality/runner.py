@@ -35,6 +35,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType, TimestampType
 
 from lakehouse.declaration import Pipeline
+from lakehouse.errors import UnknownNameError
 from lakehouse.tables import quality_results_table
 from quality.suites import ERROR, WARNING, TableSuite, build_suites, sql_name
 
@@ -368,7 +369,7 @@ def select_suites(suites: Sequence[TableSuite], tables: Iterable[str] | None) ->
     unknown = [t for t in wanted if t not in by_name]
     if unknown:
         known = ", ".join(s.name for s in suites)
-        raise ValueError(f"unknown table(s) for quality checks: {', '.join(unknown)}; known: {known}")
+        raise UnknownNameError(f"unknown table(s) for quality checks: {', '.join(unknown)}; known: {known}")
     chosen = {by_name[t].table for t in wanted}
     return [s for s in suites if s.table in chosen]
 

@@ -1,8 +1,8 @@
-"""Gold views: the pure pieces (plan, subscriptions, key walk, join), the MERGE guard, and runs.
+"""Gold views on real Spark and Delta: subscriptions, the key walk, the joins, the MERGE guard, and runs.
 
-Silver current tables are maintained here by `lakehouse.oracle.apply_silver_changes` (latest by
-sequence wins, deletes kept as `_deleted` rows, CDF on), so gold is tested without the
-streaming silver stage. Every test uses its own schemas.
+Silver current tables are maintained here by `testkit.reference_silver.apply_silver_changes`
+(latest by sequence wins, deletes kept as `_deleted` rows, CDF on), so gold is tested without
+the streaming silver stage. Every test uses its own schemas.
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ from lakehouse.gold import (
     subscription_updates,
     view_plan,
 )
-from lakehouse.verify.oracle import oracle_sql, oracle_view, silver_live_state
-from testkit.reference_silver import Change, apply_silver_changes, create_silver_current
 from lakehouse.paths import checkpoint_dir
 from lakehouse.tables import gold_table, subscription_table
+from lakehouse.verify.oracle import oracle_view, silver_live_state
 from lakehouse.verify.views import diff_frames, verify_pipeline
+from testkit.reference_silver import Change, apply_silver_changes, create_silver_current
 
 
 def variant(pipeline: Pipeline, name: str | None = None) -> Pipeline:
@@ -77,33 +77,6 @@ def table_version(spark, table: str) -> int:
 
 
 # --------------------------------------------------------------------------- the plan and the oracle (no Spark jobs)
-
-
-def test_view_plan_of_the_chain_view(shop_pipeline: Pipeline):
-    plan = view_plan(shop_pipeline, "order_items_enriched")
-    assert [a.alias for a in plan.aliases] == ["order_items", "ord", "customer", "product"]
-    assert plan.key_columns == ("order_id", "line_no")
-    assert [(s.name, f.name) for s, f in plan.relations] == [
-        ("order_items", "order"),
-        ("orders", "customer"),
-        ("order_items", "product"),
-    ]
-    # an alias's lineage hash covers what the view reads of it: key, selected and join columns
-    assert plan.alias("ord").used == ("id", "customer_id", "status")
-    assert plan.alias("customer").used == ("id", "name")
-    assert plan.gold_columns[-9:] == (
-        "_order_items_hash", "_order_items_seq", "_ord_hash", "_ord_seq",
-        "_customer_hash", "_customer_seq", "_product_hash", "_product_seq", "_row_hash",
-    )
-
-
-def test_oracle_is_the_plain_sql_join(shop_pipeline: Pipeline):
-    sql = oracle_sql(shop_pipeline, "order_items_enriched", {s: f"state_{s}" for s in shop_pipeline.sources})
-    assert "FROM state_order_items AS `order_items`" in sql
-    assert "JOIN state_orders AS `ord` ON `ord`.`id` = `order_items`.`order_id`" in sql
-    assert "LEFT JOIN state_customers AS `customer` ON `customer`.`id` = `ord`.`customer_id`" in sql
-    assert "LEFT JOIN state_products AS `product` ON `product`.`id` = `order_items`.`product_id`" in sql
-    assert sql.index("`ord`") < sql.index("`customer` ON")  # declared order: a chain reads left to right
 
 
 # --------------------------------------------------------------------------- pure DataFrame functions
@@ -377,10 +350,10 @@ def test_end_to_end_through_the_silver_stage(spark, lake: Path, shop_pipeline: P
     """Bronze rows -> the real silver stage (run_silver) -> gold -> verify: the tables' contract holds."""
     from delta.tables import DeltaTable
 
-    from testkit.bench.silver import BronzeChange, bronze_frame
     from lakehouse.ordering import postgres_sequence
     from lakehouse.silver import run_silver
     from lakehouse.tables import bronze_schema, bronze_table
+    from testkit.bench.silver import BronzeChange, bronze_frame
 
     pipeline = variant(shop_pipeline)
     token = pipeline.tables.silver_schema.removesuffix("_silver")

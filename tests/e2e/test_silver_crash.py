@@ -22,7 +22,7 @@ from pyspark.sql import SparkSession
 
 from lakehouse.declaration import Pipeline
 from testkit.simulator import produce, simulate
-from test_bronze import REPO, _pipeline_file, _tag
+from tests.e2e.test_bronze_kafka import REPO, _pipeline_file, _tag
 
 # ~6 min on 2 cores (four Spark jobs as subprocesses): `make test-slow`
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]

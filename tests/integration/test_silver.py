@@ -23,7 +23,6 @@ import pytest
 from delta.tables import DeltaTable
 from pyspark.sql import functions as F
 
-from testkit.bench.silver import BronzeChange, bronze_frame
 from lakehouse.declaration import Pipeline, Source
 from lakehouse.ordering import postgres_sequence
 from lakehouse.silver import (
@@ -52,6 +51,7 @@ from lakehouse.tables import (
     silver_history_schema,
     silver_history_table,
 )
+from testkit.bench.silver import BronzeChange, bronze_frame
 
 BASE = datetime(2026, 3, 1)
 BASE_MS = 1_772_323_200_000  # BASE as epoch milliseconds (UTC)

@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer
 
-from lakehouse.errors import StackError
 from devstack.broker import (
     BrokerStatus,
     bootstrap_servers,
@@ -25,6 +24,7 @@ from devstack.broker import (
     broker_up,
     create_topics,
 )
+from lakehouse.errors import StackError
 
 pytestmark = pytest.mark.kafka
 

@@ -33,12 +33,12 @@ import pytest
 
 from lakehouse.declaration import Pipeline, parse_pipeline
 from lakehouse.gold import run_gold, view_plan
-from lakehouse.verify.oracle import oracle_view, silver_live_state
-from testkit.reference_silver import Change, apply_silver_changes, create_silver_current
 from lakehouse.tables import gold_table
+from lakehouse.verify.oracle import oracle_view, silver_live_state
 from lakehouse.verify.views import diff_frames, stale_lineage
+from testkit.reference_silver import Change, apply_silver_changes, create_silver_current
 
-SEEDS = int(os.environ.get("CDC_ENRICH_GOLD_SEEDS", "60"))
+SEEDS = int(os.environ.get("CDC_ENRICH_GOLD_SEEDS", "20"))
 ROUNDS = int(os.environ.get("CDC_ENRICH_GOLD_ROUNDS", "3"))
 SLOW_SEEDS = int(os.environ.get("CDC_ENRICH_GOLD_SLOW_SEEDS", "300"))
 SPAN = 1000

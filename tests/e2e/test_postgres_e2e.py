@@ -7,7 +7,8 @@ availableNow, and gold/silver compared with the database itself (lakehouse.verif
 
 Also: real Debezium records compared, shape by shape, with what testkit.simulator produces.
 
-Knobs: CDC_ENRICH_PG_E2E_TRANSACTIONS (default 10000) sets the workload size;
+Knobs: CDC_ENRICH_PG_E2E_TRANSACTIONS (default 2000) sets the workload size of the default run,
+CDC_ENRICH_PG_E2E_SLOW_TRANSACTIONS (default 10000) that of the `slow` run (`make test-slow`);
 CDC_ENRICH_PG_E2E_MID_DRAIN=1 adds a bronze -> silver -> gold round in the middle of the run.
 """
 
@@ -23,10 +24,11 @@ from typing import Any, Iterator
 
 import pytest
 
-from lakehouse.declaration import Pipeline, parse_pipeline
 from devstack.procs import free_port
+from lakehouse.declaration import Pipeline, parse_pipeline
 
-TRANSACTIONS = int(os.environ.get("CDC_ENRICH_PG_E2E_TRANSACTIONS", "10000"))
+TRANSACTIONS = int(os.environ.get("CDC_ENRICH_PG_E2E_TRANSACTIONS", "2000"))
+SLOW_TRANSACTIONS = int(os.environ.get("CDC_ENRICH_PG_E2E_SLOW_TRANSACTIONS", "10000"))
 # One extra bronze -> silver -> gold round while the workload is half done (gold maintained
 # incrementally over real data). Off by default: on 2 shared cores it costs as much as the final drain.
 MID_RUN_DRAIN = os.environ.get("CDC_ENRICH_PG_E2E_MID_DRAIN", "0") == "1"
@@ -79,40 +81,6 @@ def _variant(pipeline_path: Path, name: str) -> Pipeline:
 # --------------------------------------------------------------------------- pure pieces (no database)
 
 
-def test_view_sql_for_postgres_follows_the_declared_joins(shop_pipeline: Pipeline) -> None:
-    """The view's join as PostgreSQL runs it: left-deep, ON referenced pk = parent fk column."""
-    from lakehouse.verify.postgres import postgres_view_sql, view_key_columns
-
-    sql = postgres_view_sql(shop_pipeline, "order_items_enriched")
-    assert 'FROM "public"."order_items" AS "order_items"' in sql
-    assert 'JOIN "public"."orders" AS "ord" ON "ord"."id" = "order_items"."order_id"' in sql
-    assert 'LEFT JOIN "public"."customers" AS "customer" ON "customer"."id" = "ord"."customer_id"' in sql
-    assert 'LEFT JOIN "public"."products" AS "product" ON "product"."id" = "order_items"."product_id"' in sql
-    assert sql.index('"ord"') < sql.index('"customer"')  # a chain joins after its parent alias
-    assert not sql.split("FROM")[1].lstrip().startswith("LEFT")
-    assert view_key_columns(shop_pipeline, shop_pipeline.views["order_items_enriched"]) == ("order_id", "line_no")
-
-
-def test_compare_rows_reports_both_directions_values_and_checksums() -> None:
-    """Missing, extra and different rows are all reported; equal data gives equal checksums
-    whatever the row order and the value representation (Decimal scale, datetime vs micros)."""
-    from datetime import datetime
-    from decimal import Decimal
-
-    from lakehouse.declaration import Column
-    from lakehouse.verify.postgres import compare_rows
-
-    cols = [Column("id", "bigint"), Column("price", "decimal(10,2)"), Column("at", "timestamp")]
-    pg = [(1, Decimal("1.5"), datetime(2026, 1, 1, 0, 0, 0, 1)), (2, Decimal("2.00"), None)]
-    same = compare_rows("t", cols, ("id",), pg, [(2, Decimal("2"), None), (1, Decimal("1.50"), 1767225600000001)])
-    assert same.ok and same.pg_checksum == same.lake_checksum, same.render()
-    diff = compare_rows("t", cols, ("id",), pg + [(3, None, None)], [(1, Decimal("1.49"), 1767225600000001), (2, Decimal("2"), None), (4, None, None)])
-    assert not diff.ok
-    assert diff.missing == [(3,)] and diff.extra == [(4,)]
-    assert diff.different == [((1,), {"price": (Decimal("1.50"), Decimal("1.49"))})]
-    assert "1 missing from the lake" in diff.render() and "1 rows differ" in diff.render()
-
-
 # --------------------------------------------------------------------------- lifecycle
 
 
@@ -120,8 +88,8 @@ def test_postgres_lifecycle_is_idempotent_and_pid_owned(pg_lake: Path) -> None:
     """up twice leaves one server; the role can replicate; status reflects the process."""
     import psycopg
 
-    from lakehouse.errors import StackError
     from devstack.postgres import dsn, postgres_status, postgres_up
+    from lakehouse.errors import StackError
 
     first = postgres_status(pg_lake)
     again = postgres_up(pg_lake)
@@ -300,8 +268,8 @@ def test_real_debezium_records_have_the_simulators_shapes(pg_lake: Path, kafka_b
     import psycopg
 
     from devstack.connect import connect_down, connect_up, wait_until_streaming
-    from testkit.pg_workload import create_schema, seed_database
     from devstack.postgres import dsn, postgres_up
+    from testkit.pg_workload import create_schema, seed_database
     from testkit.simulator import simulate
 
     pipeline = _variant(shop_pipeline_path, "shapes")
@@ -364,10 +332,13 @@ def _stage_missing() -> str | None:
     return None
 
 
+@pytest.mark.parametrize(
+    "transactions", [TRANSACTIONS, pytest.param(SLOW_TRANSACTIONS, marks=pytest.mark.slow)], ids=lambda n: f"{n}tx"
+)
 def test_gold_equals_postgres_with_a_real_connector_restarted_mid_run(
-    spark: Any, lake: Path, pg_lake: Path, kafka_bootstrap: str, shop_pipeline_path: Path
+    spark: Any, lake: Path, pg_lake: Path, kafka_bootstrap: str, shop_pipeline_path: Path, transactions: int
 ) -> None:
-    """TRANSACTIONS transactions from two connections, the connector killed (SIGKILL) and
+    """`transactions` transactions from two connections, the connector killed (SIGKILL) and
     restarted in the middle of the run (while streaming: the initial snapshot is complete),
     optionally one incremental drain half-way, then drained until caught up: every gold view
     equals its join inside PostgreSQL and every silver table its source table, with zero
@@ -375,18 +346,24 @@ def test_gold_equals_postgres_with_a_real_connector_restarted_mid_run(
     missing = _stage_missing()
     if missing:
         pytest.skip(missing)
-    from devstack.connect import connect_down, connect_status, connect_up, wait_until_streaming
-    from testkit.pg_workload import run_workload, seed_database
+    from devstack.connect import (
+        connect_down,
+        connect_status,
+        connect_up,
+        wait_until_streaming,
+    )
     from devstack.postgres import dsn, postgres_up
     from lakehouse.spark import ensure_schemas
     from lakehouse.tables import bronze_table
     from lakehouse.verify.postgres import stage_functions, verify_against_postgres
+    from testkit.pg_workload import run_workload, seed_database
 
     timings: dict[str, float] = {}
     started = time.monotonic()
-    pipeline = _variant(shop_pipeline_path, "pge2e")
-    postgres_up(pg_lake, database="pge2e")
-    pg = dsn(pg_lake, database="pge2e")
+    name = f"pge2e{transactions}"  # each size its own database, topics, slot and tables
+    pipeline = _variant(shop_pipeline_path, name)
+    postgres_up(pg_lake, database=name)
+    pg = dsn(pg_lake, database=name)
     seed = seed_database(pg, pipeline, seed=11)
     rest_port = free_port()
     try:
@@ -396,7 +373,7 @@ def test_gold_equals_postgres_with_a_real_connector_restarted_mid_run(
         timings["connector start + snapshot"] = time.monotonic() - t
 
         # first part: the connector is SIGKILLed while the workload runs, then restarted
-        first = TRANSACTIONS // 2
+        first = transactions // 2
         halfway = threading.Event()
         box: dict[str, Any] = {}
 
@@ -431,7 +408,7 @@ def test_gold_equals_postgres_with_a_real_connector_restarted_mid_run(
             timings["mid-run drain"] = time.monotonic() - t
 
         t = time.monotonic()
-        second = run_workload(pg, pipeline, TRANSACTIONS - first, seed=13)
+        second = run_workload(pg, pipeline, transactions - first, seed=13)
         timings["workload part 2"] = time.monotonic() - t
 
         t = time.monotonic()

@@ -14,7 +14,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 import uuid
 from collections import Counter, defaultdict
 from dataclasses import dataclass
@@ -28,9 +27,21 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lakehouse.declaration import Pipeline, Source, parse_pipeline
-from testkit.debezium_format import OLD_KEY_HEADER, default_partition, encode_decimal, murmur2
 from lakehouse.errors import PipelineConfigError
-from testkit.simulator import KafkaRecord, Simulation, load_workload, produce, read_truth, simulate, write_truth
+from testkit.debezium_format import (
+    OLD_KEY_HEADER,
+    default_partition,
+    encode_decimal,
+    murmur2,
+)
+from testkit.simulator import (
+    KafkaRecord,
+    Simulation,
+    load_workload,
+    read_truth,
+    simulate,
+    write_truth,
+)
 
 PLACEHOLDER = "__debezium_unavailable_value"
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -636,54 +647,6 @@ def test_truth_files_round_trip(heavy: Simulation, tmp_path: Path) -> None:
     assert isinstance(first["total"], str) and len(first["order_date"]) == 10
 
 
-def test_truth_frames_are_typed_for_spark(spark, shop_pipeline: Pipeline, tmp_path: Path) -> None:
-    from testkit.simulator import read_truth_frames
-    from lakehouse.tables import row_struct
-
-    sim = simulate(shop_pipeline, seed=1, events=60)
-    write_truth(sim, tmp_path)
-    frames = read_truth_frames(spark, shop_pipeline, tmp_path)
-    assert set(frames) == set(shop_pipeline.sources)
-    customers = frames["customers"]
-    assert customers.schema == row_struct(shop_pipeline.source("customers"))
-    rows = {r["id"]: r.asDict() for r in customers.collect()}
-    expected = sim.truth["customers"][0]
-    got = rows[expected["id"]]
-    assert got["created_at"].timestamp() == expected["created_at"].timestamp()  # collect() gives local naive time
-    assert frames["products"].collect()[0]["price"] == sim.truth["products"][0]["price"]
-    assert frames["order_items"].count() == len(sim.truth["order_items"])
-
-
 # --------------------------------------------------------------------------- a real broker
 
 
-@pytest.mark.kafka
-def test_produce_and_consume_back(kafka_bootstrap: str, shop_pipeline_path: Path) -> None:
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
-
-    prefix = f"sim{uuid.uuid4().hex[:8]}"
-    text = shop_pipeline_path.read_text().replace("topic_prefix: shop", f"topic_prefix: {prefix}")
-    pipeline = parse_pipeline(text, filename=str(shop_pipeline_path))  # keeps the shop's workload.yml
-    sim = simulate(pipeline, seed=1, events=200, chaos="some", partitions=2)
-    seen: list[int] = []
-    assert produce(sim.records, kafka_bootstrap, progress=seen.append) == len(sim.records)
-    assert seen[-1] == len(sim.records)
-
-    consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": prefix, "enable.auto.commit": False,
-                         "auto.offset.reset": "earliest"})
-    # explicit offsets: no committed-offset lookup, so no wait for the group coordinator
-    consumer.assign([TopicPartition(t, p, OFFSET_BEGINNING) for t, p in sorted({(r.topic, r.partition) for r in sim.records})])
-    got: Counter[str] = Counter()
-    tombstones = with_headers = 0
-    deadline = time.monotonic() + 60
-    while sum(got.values()) < len(sim.records) and time.monotonic() < deadline:
-        msg = consumer.poll(1.0)
-        if msg is None or msg.error():
-            continue
-        got[msg.topic()] += 1
-        tombstones += msg.value() is None
-        with_headers += bool(msg.headers())
-    consumer.close()
-    assert got == Counter(r.topic for r in sim.records)
-    assert tombstones == sum(r.value is None for r in sim.records) > 0
-    assert with_headers == sum(bool(r.headers) for r in sim.records) > 0

@@ -18,7 +18,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lakehouse.declaration import Column, Source
 from lakehouse.bronze.debezium import (
     DECODED_COLUMNS,
     OLD_KEY_HEADER,
@@ -27,6 +26,7 @@ from lakehouse.bronze.debezium import (
     decode_kafka_record,
     decode_record,
 )
+from lakehouse.declaration import Column, Source
 
 UTC = timezone.utc
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

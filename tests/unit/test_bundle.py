@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.conftest import REPO
 
 
 def load_bundle() -> tuple[dict, list[tuple[Path, dict]]]:

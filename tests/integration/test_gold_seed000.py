@@ -22,9 +22,9 @@ import pytest
 
 from lakehouse.declaration import Pipeline, parse_pipeline
 from lakehouse.gold import run_gold
+from lakehouse.tables import gold_table
 from lakehouse.verify.oracle import oracle_view, silver_live_state
 from testkit.reference_silver import Change, apply_silver_changes, create_silver_current
-from lakehouse.tables import gold_table
 
 PIPELINE = """
 name: kip213_{token}

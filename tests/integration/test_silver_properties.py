@@ -37,10 +37,21 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import functions as F
 
-from testkit.bench.silver import BronzeChange, bronze_frame
 from lakehouse.ordering import postgres_sequence
-from lakehouse.silver import apply_batch, ensure_silver_tables, live_view, row_hash, run_silver
-from lakehouse.tables import bronze_schema, bronze_table, silver_current_table, silver_history_table
+from lakehouse.silver import (
+    apply_batch,
+    ensure_silver_tables,
+    live_view,
+    row_hash,
+    run_silver,
+)
+from lakehouse.tables import (
+    bronze_schema,
+    bronze_table,
+    silver_current_table,
+    silver_history_table,
+)
+from testkit.bench.silver import BronzeChange, bronze_frame
 
 BASE = datetime(2026, 3, 1)
 BASE_MS = 1_772_323_200_000

@@ -1,0 +1,121 @@
+"""The one entry layer under every job and the CLI: pipeline, Kafka bootstrap, trigger, exit codes.
+
+A rule that every entry point must apply the same way lives here once: which Kafka to read
+(flag > env > pipeline file > the local stack), which trigger (flag > pipeline file), which
+stage function runs a stage, and how an error becomes an exit code (configuration 2, failure 1).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from lakehouse.declaration import TRIGGERS, Pipeline, load_pipeline
+from lakehouse.errors import CdcEnrichError, PipelineConfigError
+from lakehouse.paths import local_broker_state
+
+BOOTSTRAP_ENV = "CDC_ENRICH_KAFKA_BOOTSTRAP"
+LOCAL_BROKER_HOST = "127.0.0.1"
+LOCAL_BROKER_PORT_ENV = "CDC_ENRICH_KAFKA_PORT"
+LOCAL_BROKER_DEFAULT_PORT = 19092
+STAGES = ("bronze", "silver", "gold", "quality")
+
+EXIT_OK = 0
+EXIT_FAILED = 1  # the run failed (a stage, a broker, a table): what to do is in the message
+EXIT_CONFIG = 2  # the pipeline file or an argument is wrong: nothing ran
+
+
+@dataclass(frozen=True)
+class Bootstrap:
+    """Kafka bootstrap servers and where they came from (`flag`, `env`, `pipeline`, `local stack`)."""
+
+    servers: str
+    origin: str
+
+
+def local_broker_bootstrap(lake: Path) -> str:
+    """The local stack's broker for this lake: the port it recorded, else CDC_ENRICH_KAFKA_PORT, else 19092."""
+    try:
+        port = json.loads(local_broker_state(lake).read_text(encoding="utf-8")).get("port")
+    except (OSError, ValueError):
+        port = None
+    if not isinstance(port, int):
+        port = int(os.environ.get(LOCAL_BROKER_PORT_ENV) or LOCAL_BROKER_DEFAULT_PORT)
+    return f"{LOCAL_BROKER_HOST}:{port}"
+
+
+def resolve_bootstrap(flag: str | None, pipeline: Pipeline, lake: Path) -> Bootstrap:
+    """Which Kafka to read: --bootstrap, then $CDC_ENRICH_KAFKA_BOOTSTRAP (the bundle's secret),
+    then `kafka.bootstrap_servers` in the pipeline file, then this lake's local broker."""
+    if flag:
+        return Bootstrap(flag, "flag")
+    if os.environ.get(BOOTSTRAP_ENV):
+        return Bootstrap(os.environ[BOOTSTRAP_ENV], "env")
+    if pipeline.kafka.bootstrap_servers:
+        return Bootstrap(pipeline.kafka.bootstrap_servers, "pipeline")
+    return Bootstrap(local_broker_bootstrap(lake), "local stack")
+
+
+def resolve_trigger(flag: str | None, pipeline: Pipeline) -> str:
+    """The streams' trigger: --trigger, else the pipeline's `options.trigger`."""
+    trigger = flag or pipeline.options.trigger
+    if trigger not in TRIGGERS:
+        raise PipelineConfigError(f"trigger {trigger!r} is not one of {', '.join(TRIGGERS)}")
+    return trigger
+
+
+def load(path: str | os.PathLike[str]) -> Pipeline:
+    """The validated pipeline (PipelineConfigError, exit code 2, names file, line and field)."""
+    return load_pipeline(path)
+
+
+def run_stage(
+    stage: str,
+    spark: Any,
+    pipeline: Pipeline,
+    lake: Path,
+    *,
+    bootstrap: str | None = None,
+    trigger: str | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> Any:
+    """Run one stage of the flow and return its report (the CLI's `run` and the demo call this)."""
+    chosen = resolve_trigger(trigger, pipeline)
+    if stage == "bronze":
+        from lakehouse.bronze import run_bronze
+
+        servers = bootstrap or resolve_bootstrap(None, pipeline, lake).servers
+        return run_bronze(spark, pipeline, lake, servers, trigger=chosen, progress=progress)
+    if stage == "silver":
+        from lakehouse.silver import run_silver
+
+        return run_silver(spark, pipeline, lake, trigger=chosen, progress=progress)
+    if stage == "gold":
+        from lakehouse.gold import run_gold
+
+        return run_gold(spark, pipeline, lake, trigger=chosen, progress=progress)
+    if stage == "quality":
+        from quality.runner import run_quality
+
+        return run_quality(spark, pipeline, lake)
+    raise PipelineConfigError(f"unknown stage {stage!r}; expected one of {', '.join(STAGES)}")
+
+
+def exit_code(exc: BaseException) -> int:
+    """2 for a configuration error (nothing ran), 1 for any other failure."""
+    return EXIT_CONFIG if isinstance(exc, PipelineConfigError) else EXIT_FAILED
+
+
+def run_main(name: str, body: Callable[[], int]) -> int:
+    """Run an entry point's body; print a project error as `<name>: error: ...` and map it to its exit code."""
+    try:
+        return int(body() or EXIT_OK)
+    except CdcEnrichError as exc:
+        print(f"{name}: error: {exc}", file=sys.stderr, flush=True)
+        return exit_code(exc)
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,101 @@
+"""The house's floor plan, as a test: nothing reaches up, and no package imports in a circle.
+
+The engine (`lakehouse`), the jobs and the quality suites are what the wheel deploys: they must
+not import the app (`cdc_enrich`), the local stack (`devstack`) or the test kit (`testkit`),
+not even inside a function. The test kit may use the engine and the local stack; the app may
+use everything. Imports are read from the source (every `import` statement, at any depth).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+PACKAGES = ("lakehouse", "jobs", "quality", "devstack", "testkit", "cdc_enrich")
+#: What each package may import of the project's other packages.
+ALLOWED = {
+    "lakehouse": {"lakehouse", "quality"},
+    "quality": {"lakehouse", "quality"},
+    "jobs": {"lakehouse", "quality", "jobs"},
+    "devstack": {"lakehouse", "devstack"},
+    "testkit": {"lakehouse", "quality", "devstack", "testkit"},
+    "cdc_enrich": set(PACKAGES),
+}
+
+
+def project_imports(path: Path) -> list[tuple[int, str]]:
+    """(line, dotted module) of every import of a project package in one file."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found += [(node.lineno, node.module)]
+    return [(line, name) for line, name in found if name.split(".")[0] in PACKAGES]
+
+
+def modules(package: str) -> list[Path]:
+    return sorted((REPO / package).rglob("*.py"))
+
+
+def module_name(path: Path) -> str:
+    return ".".join(path.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__")
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_no_package_imports_a_layer_above_it(package: str) -> None:
+    wrong = [
+        f"{path.relative_to(REPO)}:{line}: imports {name}"
+        for path in modules(package)
+        for line, name in project_imports(path)
+        if name.split(".")[0] not in ALLOWED[package]
+    ]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_rule_catches_an_engine_module_importing_the_local_stack(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text("def f():\n    from devstack.broker import broker_status\n", encoding="utf-8")
+    assert [name for _, name in project_imports(bad)] == ["devstack.broker"]
+    assert "devstack" not in ALLOWED["lakehouse"]
+
+
+def test_no_import_cycles_between_modules_at_import_time() -> None:
+    """Module-level imports only (a function-level import is deliberate laziness, run later)."""
+    graph: dict[str, set[str]] = {}
+    for package in PACKAGES:
+        for path in modules(package):
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            names = set()
+            for node in tree.body:
+                if isinstance(node, ast.Import):
+                    names |= {a.name for a in node.names}
+                elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                    names.add(node.module)
+            graph[module_name(path)] = {n for n in names if n.split(".")[0] in PACKAGES}
+    known = set(graph)
+
+    def edges(module: str) -> set[str]:
+        # `from pkg.mod import x` depends on pkg.mod; a package's __init__ is reached by its name
+        return {n for n in graph.get(module, ()) if n in known and n != module}
+
+    cycles = []
+    state: dict[str, int] = {}
+
+    def visit(module: str, trail: list[str]) -> None:
+        state[module] = 1
+        for nxt in sorted(edges(module)):
+            if state.get(nxt) == 1 and not module.startswith(nxt + "."):
+                cycles.append(" -> ".join(trail[trail.index(nxt):] + [nxt]))
+            elif nxt not in state:
+                visit(nxt, trail + [nxt])
+        state[module] = 2
+
+    for module in sorted(known):
+        if module not in state:
+            visit(module, [module])
+    assert not cycles, "\n".join(cycles)
