@@ -47,7 +47,7 @@ from datetime import date, datetime, timedelta, timezone
 from decimal import ROUND_HALF_UP, Context, Decimal, InvalidOperation, localcontext
 from typing import Any, Mapping, Sequence
 
-from lakehouse import ordering as seq
+from lakehouse import ordering
 from lakehouse.declaration import Column, Pipeline, Source
 
 UNAVAILABLE = "__debezium_unavailable_value"
@@ -327,19 +327,13 @@ def _typed_field(doc: Mapping[str, Any], name: str, where: str, type_name: str) 
 
 
 def _sequence(source: Source, row: Row, op: str, partition: int, offset: int) -> Decimal:
-    rule = source.sequence
+    """The declared ordering rule's value (`lakehouse.ordering`) from the decoded source fields."""
+    rule = ordering.rule(source.sequence)
+    fields = {name: _required(row, f"_source_{name}", f"value.source.{name}", rule.name) for name in rule.fields}
     try:
-        if rule == "postgres":
-            return seq.postgres_sequence(_required(row, "_source_lsn", "value.source.lsn", rule), op)
-        if rule == "mysql":
-            return seq.mysql_sequence(
-                _required(row, "_source_file", "value.source.file", rule),
-                _required(row, "_source_pos", "value.source.pos", rule),
-                _required(row, "_source_row", "value.source.row", rule),
-            )
-        return seq.ts_ms_sequence(_required(row, "_source_ts_ms", "value.source.ts_ms", rule), partition, offset)
+        return rule.python(fields, op, partition, offset)
     except ValueError as exc:
-        raise Rejected(f"value.source: no valid {rule} sequence: {exc}") from None
+        raise Rejected(f"value.source: no valid {rule.name} sequence: {exc}") from None
 
 
 def _required(row: Row, column: str, where: str, rule: str) -> Any:

@@ -26,6 +26,7 @@ from pyspark.sql.types import (
     _parse_datatype_string as _parse_datatype,
 )
 
+from lakehouse import ordering
 from lakehouse.bronze import debezium as dbz
 from lakehouse.declaration import Column, Source
 from lakehouse.errors import CdcEnrichError
@@ -34,7 +35,6 @@ from lakehouse.tables import (
 )
 
 PARSERS = ("hybrid", "sql", "python")  # hybrid: the JVM pass when its jar is there, else SQL
-TRIGGERS = ("available_now", "processing_time")
 KAFKA_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp")
 _COORDINATES = ("_topic", "_partition", "_offset", "_raw_key", "_raw_value")  # bronze's names for them
 HEADERS = "headers"  # array<struct<key: string, value: binary>>, read with includeHeaders
@@ -47,7 +47,6 @@ _ISO_TIMESTAMP_FAST = (
     r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?(Z|[+-](0[0-9]|1[0-7]):[0-5][0-9])$"
 )
 _ISO_DATE_FAST = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$"
-_PRINTABLE_ASCII = r"^[ -~]*$"
 _POW2 = [Decimal(2 ** (8 * n)) for n in range(9)]
 
 
@@ -484,7 +483,7 @@ def _build_sql_pass(source: Source, headers: bool, _jvm: int) -> SqlPass:
     snapshot_var = env["source"]["snapshot"]
     snapshot_ok = _true(~_present(snapshot_var)) | _true(snapshot_kind.isin("STRING", "BOOLEAN"))
     snapshot = F.when(snapshot_kind.isin("STRING", "BOOLEAN"), F.try_variant_get(snapshot_var, "$", "string"))
-    sequence, sequence_ok = _sequence_sql(source, op, src["ts_ms"], src["lsn"], src["file"], src["pos"], src["row"])
+    sequence, sequence_ok = _sequence_sql(source, op, src)
     key_is_null = F.col("key").isNull()
     value_checks = [
         header_ok,
@@ -551,27 +550,7 @@ def _parsed(st: _Staging, value: SqlColumn, column: Column) -> _Converted:
     return _Converted(value=st.put(value), ok=st.put(_true(ok)), placeholder=F.lit(False))
 
 
-def _sequence_sql(source: Source, op: SqlColumn, ts_ms: SqlColumn, lsn: SqlColumn, file: SqlColumn, pos: SqlColumn, row: SqlColumn) -> tuple[SqlColumn, SqlColumn]:
-    """SQL twin of `lakehouse.ordering` within ranges where both compute the same decimal(38,0)."""
-    d38 = "decimal(38,0)"
-    if source.sequence == "postgres":
-        position = F.when(op == F.lit("d"), F.lit(0)).otherwise(F.lit(1))
-        return lsn.cast(d38) * F.lit(10) + position, _true(lsn >= 0)
-    if source.sequence == "mysql":
-        number = F.regexp_extract(file, r"([0-9]+)$", 1)
-        ok = (
-            _true(file.rlike(_PRINTABLE_ASCII) & file.rlike(r"[0-9]$"))
-            & _true(F.length(number).between(1, 17))
-            & _true(pos.between(0, 10**14 - 1))
-            & _true(row.between(0, 10**6 - 1))
-        )
-        value = number.cast(d38) * F.lit(Decimal(10**20)).cast("decimal(21,0)") + pos.cast(d38) * F.lit(10**6) + row.cast(d38)
-        return value, ok
-    value = (
-        ts_ms.cast(d38) * F.lit(Decimal(10**24)).cast("decimal(25,0)")
-        + F.col("partition").cast(d38) * F.lit(Decimal(10**18)).cast("decimal(19,0)")
-        + F.col("offset").cast(d38)
-    )
-    return value, _true(ts_ms.between(0, 10**13 - 1) & (F.col("partition") < 10**6) & (F.col("offset") >= 0))
-
-
+def _sequence_sql(source: Source, op: SqlColumn, src: dict[str, SqlColumn]) -> tuple[SqlColumn, SqlColumn]:
+    """The declared ordering rule's SQL column (`lakehouse.ordering`): (sequence, exact here)."""
+    rule = ordering.rule(source.sequence)
+    return rule.sql({name: src[name] for name in rule.fields}, op, F.col("partition"), F.col("offset"))
