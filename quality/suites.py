@@ -27,6 +27,7 @@ from great_expectations.expectations.row_conditions import Column as Col
 from great_expectations.expectations.row_conditions import Condition
 
 from lakehouse.declaration import Pipeline, Source, View
+from lakehouse.sqltext import quote, quote_qualified
 from lakehouse.tables import (
     bronze_table,
     gold_table,
@@ -119,11 +120,7 @@ def _unexpected_rows(query: str, check: str, description: str) -> gx.expectation
 
 def sql_name(qualified: str) -> str:
     """`a.b.c` -> `` `a`.`b`.`c` ``: a table name safe inside Spark SQL whatever its spelling."""
-    return ".".join(f"`{part}`" for part in qualified.split("."))
-
-
-def _q(column: str) -> str:
-    return f"`{column}`"
+    return quote_qualified(*qualified.split("."))
 
 
 def _suite_name(pipeline: Pipeline, layer: str, name: str) -> str:
@@ -232,20 +229,6 @@ def late_changes_suite(pipeline: Pipeline) -> TableSuite:
 # --------------------------------------------------------------------------- gold
 
 
-def base_key_columns(pipeline: Pipeline, view: View) -> list[tuple[str, str]]:
-    """(gold column, base source column) for each primary key column of the view's base."""
-    base = pipeline.source(view.base)
-    pairs = []
-    for pk in base.primary_key:
-        out = next(c.name for c in view.columns if c.alias == view.base and c.column == pk)
-        pairs.append((out, pk))
-    return pairs
-
-
-def _has_outer(view: View) -> bool:
-    return any(j.type == "outer" for j in view.joins)
-
-
 def gold_suite(pipeline: Pipeline, view: View) -> TableSuite:
     """gold.<view>: the join result, keyed by the base table's primary key.
 
@@ -268,11 +251,11 @@ def gold_suite(pipeline: Pipeline, view: View) -> TableSuite:
     table = gold_table(pipeline, view.name)
     base = pipeline.source(view.base)
     silver = sql_name(silver_current_table(pipeline, base))
-    keys = base_key_columns(pipeline, view)
-    outer = _has_outer(view)
+    keys = view.key_pairs(base)
+    outer = view.has_outer
     base_seq = f"_{view.base}_seq"
-    base_present = f" AND g.{_q(base_seq)} IS NOT NULL" if outer else ""
-    on = " AND ".join(f"g.{_q(out)} = s.{_q(pk)}" for out, pk in keys)
+    base_present = f" AND g.{quote(base_seq)} IS NOT NULL" if outer else ""
+    on = " AND ".join(f"g.{quote(out)} = s.{quote(pk)}" for out, pk in keys)
 
     expectations: list[gx.expectations.Expectation] = [
         _not_null(out, f"key_not_null:{out}", description=f"gold key column {out} is set") for out, _ in keys
@@ -290,7 +273,7 @@ def gold_suite(pipeline: Pipeline, view: View) -> TableSuite:
 
     live_query = (
         f"SELECT g.* FROM {{batch}} AS g LEFT ANTI JOIN {silver} AS s ON {on} AND NOT s.`_deleted`"
-        + (f" WHERE g.{_q(base_seq)} IS NOT NULL" if outer else "")
+        + (f" WHERE g.{quote(base_seq)} IS NOT NULL" if outer else "")
     )
     expectations.append(
         _unexpected_rows(
@@ -301,13 +284,13 @@ def gold_suite(pipeline: Pipeline, view: View) -> TableSuite:
     )
 
     same_content = " AND ".join(
-        [f"g.{_q(c.name)} <=> s.{_q(c.column)}" for c in view.columns if c.alias == view.base]
+        [f"g.{quote(c.name)} <=> s.{quote(c.column)}" for c in view.columns if c.alias == view.base]
     )
     stale_query = (
         f"SELECT g.* FROM {{batch}} AS g JOIN {silver} AS s ON {on} "
         f"WHERE NOT s.`_deleted`{base_present} AND ("
-        f"g.{_q(base_seq)} > s.`_sequence` "
-        f"OR (g.{_q(base_seq)} < s.`_sequence` AND NOT ({same_content})))"
+        f"g.{quote(base_seq)} > s.`_sequence` "
+        f"OR (g.{quote(base_seq)} < s.`_sequence` AND NOT ({same_content})))"
     )
     expectations.append(
         _unexpected_rows(

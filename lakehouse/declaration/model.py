@@ -7,15 +7,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Mapping
 
+from lakehouse.errors import UnknownNameError
+from lakehouse.ordering import RULES
+from lakehouse.streaming import TRIGGERS  # noqa: F401 (the pipeline file's `options.trigger` values)
+
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 DECIMAL = re.compile(r"^decimal\(\s*(\d+)\s*,\s*(\d+)\s*\)$")
 SIMPLE_TYPES = ("bigint", "int", "smallint", "string", "double", "float", "boolean", "date", "timestamp")
-SEQUENCE_RULES = ("postgres", "mysql", "ts_ms")
+SEQUENCE_RULES = tuple(RULES)  # lakehouse.ordering: the one registry of ordering rules
 SOURCE_KINDS = ("table", "events")
 REPLICA_IDENTITIES = ("default", "full")
 JOIN_TYPES = ("inner", "left")
 PK_JOIN_TYPES = ("inner", "left", "outer")
-TRIGGERS = ("available_now", "processing_time")
 STARTING_OFFSETS = ("earliest", "latest")
 
 
@@ -69,13 +72,13 @@ class Source:
         for col in self.columns:
             if col.name == name:
                 return col
-        raise KeyError(f"source {self.name!r} has no column {name!r}")
+        raise UnknownNameError(f"source {self.name!r} has no column {name!r}")
 
     def foreign_key(self, name: str) -> ForeignKey:
         for fk in self.foreign_keys:
             if fk.name == name:
                 return fk
-        raise KeyError(f"source {self.name!r} has no foreign key {name!r}")
+        raise UnknownNameError(f"source {self.name!r} has no foreign key {name!r}")
 
 
 @dataclass(frozen=True)
@@ -95,7 +98,18 @@ class Join:
 
     @property
     def is_primary_key_join(self) -> bool:
+        """The one test of a join's kind: a primary-key join names no foreign key."""
         return self.foreign_key is None
+
+    @property
+    def kind(self) -> str:
+        """`primary_key` or `foreign_key`: how the join matches, hence how gold maintains it."""
+        return "primary_key" if self.is_primary_key_join else "foreign_key"
+
+    @property
+    def is_outer(self) -> bool:
+        """A FULL OUTER (primary-key) join: its rows may lack the base side."""
+        return self.type == "outer"
 
 
 @dataclass(frozen=True)
@@ -120,11 +134,34 @@ class View:
         for join in self.joins:
             if join.alias == alias:
                 return join.table
-        raise KeyError(f"view {self.name!r} has no alias {alias!r}")
+        raise UnknownNameError(f"view {self.name!r} has no alias {alias!r}")
 
     @property
     def aliases(self) -> tuple[str, ...]:
         return (self.base,) + tuple(j.alias for j in self.joins)
+
+    @property
+    def has_outer(self) -> bool:
+        """Some join is FULL OUTER: then a gold row's key may come from the joined side only."""
+        return any(j.is_outer for j in self.joins)
+
+    def key_pairs(self, base: Source) -> tuple[tuple[str, str], ...]:
+        """(output column, base primary key column) per key column of `base`, the view's base table.
+
+        The first output column selecting each base key column: gold's key, in primary key order."""
+        if base.name != self.base:
+            raise UnknownNameError(f"view {self.name!r} is based on {self.base!r}, not {base.name!r}")
+        return tuple((self._output_of(self.base, pk), pk) for pk in base.primary_key)
+
+    def key_columns(self, base: Source) -> tuple[str, ...]:
+        """Gold's key: the output columns selecting the base table's primary key (see `key_pairs`)."""
+        return tuple(out for out, _ in self.key_pairs(base))
+
+    def _output_of(self, alias: str, column: str) -> str:
+        for col in self.columns:
+            if col.alias == alias and col.column == column:
+                return col.name
+        raise UnknownNameError(f"view {self.name!r} selects no column {alias}.{column}; a view must select its base key")
 
 
 @dataclass(frozen=True)
@@ -187,18 +224,33 @@ class Pipeline:
         try:
             return self.sources[name]
         except KeyError:
-            raise KeyError(f"pipeline {self.name!r} has no source {name!r}") from None
+            raise UnknownNameError(f"pipeline {self.name!r} has no source {name!r}") from None
 
     def source_for_topic(self, topic: str) -> Source:
         for src in self.sources.values():
             if src.topic == topic:
                 return src
-        raise KeyError(f"pipeline {self.name!r} reads no topic {topic!r}")
+        raise UnknownNameError(f"pipeline {self.name!r} reads no topic {topic!r}")
 
     @property
     def topics(self) -> tuple[str, ...]:
         return tuple(s.topic for s in self.sources.values())
 
+    def view(self, view: View | str) -> View:
+        """A view by name (or the view itself): callers accept either."""
+        if isinstance(view, View):
+            return view
+        try:
+            return self.views[view]
+        except KeyError:
+            raise UnknownNameError(f"pipeline {self.name!r} has no view {view!r}") from None
+
+    def join_relation(self, view: View, join: Join) -> tuple[Source, ForeignKey]:
+        """(left source, foreign key) a foreign-key join follows: one subscription relation."""
+        if join.foreign_key is None:
+            raise UnknownNameError(f"view {view.name!r}: join {join.alias!r} is on the primary key, it follows no foreign key")
+        left = self.source(view.table_of(join.parent_alias))
+        return left, left.foreign_key(join.foreign_key)
 
 
 def iter_foreign_key_relations(pipeline: Pipeline) -> Iterator[tuple[Source, ForeignKey]]:
@@ -206,9 +258,9 @@ def iter_foreign_key_relations(pipeline: Pipeline) -> Iterator[tuple[Source, For
     seen: set[tuple[str, str]] = set()
     for view in pipeline.views.values():
         for join in view.joins:
-            if join.foreign_key is None:
+            if join.is_primary_key_join:
                 continue
-            left = pipeline.sources[view.table_of(join.parent_alias)]
-            if (left.name, join.foreign_key) not in seen:
-                seen.add((left.name, join.foreign_key))
-                yield left, left.foreign_key(join.foreign_key)
+            left, fk = pipeline.join_relation(view, join)
+            if (left.name, fk.name) not in seen:
+                seen.add((left.name, fk.name))
+                yield left, fk

@@ -10,6 +10,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from lakehouse.declaration import ForeignKey, Pipeline, Source
+from lakehouse.errors import TableLayoutError
 from lakehouse.gold.frames import HASH_LENGTH
 from lakehouse.gold.plan import (
     LITERAL_KEY_LIMIT,
@@ -18,6 +19,7 @@ from lakehouse.gold.plan import (
     subscription_columns,
     subscription_schema,
 )
+from lakehouse.sqltext import quote
 from lakehouse.tables import (
     delta_txn,
     gold_table,
@@ -26,10 +28,6 @@ from lakehouse.tables import (
 )
 
 # --------------------------------------------------------------------------- Delta edges
-
-
-def _q(name: str) -> str:
-    return f"`{name}`"
 
 
 def _metrics(result: DataFrame) -> dict[str, int]:
@@ -75,14 +73,14 @@ def ensure_gold_table(spark: SparkSession, pipeline: Pipeline, plan: ViewPlan) -
     if spark.catalog.tableExists(name):
         have = [f.name for f in spark.table(name).schema.fields]
         if have != list(plan.gold_columns):
-            raise ValueError(
+            raise TableLayoutError(
                 f"{name} has columns {have} but view {plan.view.name!r} now declares {list(plan.gold_columns)}; "
                 f"drop the table and its checkpoint (gold_{plan.view.name}) to rebuild it"
             )
         # one row says it: a table is built by one version and a mixed one is refused here
         old = [r for r in spark.table(name).select(ROW_HASH).limit(1).collect() if r[0] is not None and len(r[0]) != HASH_LENGTH]
         if old:
-            raise ValueError(
+            raise TableLayoutError(
                 f"{name} holds rows hashed by an earlier version of cdc-enrich ({len(old[0][0])}-character "
                 f"hashes, now {HASH_LENGTH}): every row would be rewritten once and `verify` would report them "
                 f"stale; drop the table and its checkpoint (gold_{plan.view.name}) to rebuild it"
@@ -95,7 +93,7 @@ def ensure_gold_table(spark: SparkSession, pipeline: Pipeline, plan: ViewPlan) -
 def _key_prefilter(alias: str, column: str, values: Sequence[Any] | None) -> Column | None:
     if values is None:
         return None
-    return F.col(f"{alias}.{_q(column)}").isin(list(values))
+    return F.col(f"{alias}.{quote(column)}").isin(list(values))
 
 
 def merge_subscriptions(
@@ -111,8 +109,8 @@ def merge_subscriptions(
     from delta.tables import DeltaTable
 
     cols = subscription_columns(source, fk)
-    on = " AND ".join(f"t.{_q(c)} = s.{_q(c)}" for c in source.primary_key)
-    values = {c: f"s.{_q(c)}" for c in cols + ("_left_hash", "_sequence")}
+    on = " AND ".join(f"t.{quote(c)} = s.{quote(c)}" for c in source.primary_key)
+    values = {c: f"s.{quote(c)}" for c in cols + ("_left_hash", "_sequence")}
     merge = (
         DeltaTable.forName(session, table)
         .alias("t")
@@ -143,15 +141,15 @@ def merge_into_gold(
     """
     from delta.tables import DeltaTable
 
-    on = F.expr(" AND ".join(f"t.{_q(k)} = s.{_q(k)}" for k in plan.key_columns))
+    on = F.expr(" AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in plan.key_columns))
     prefilter = _key_prefilter("t", plan.key_columns[0], key_values)
     if prefilter is not None:
         on = on & prefilter
-    base_seq = f"t.{_q(plan.base.gold_seq)}"
+    base_seq = f"t.{quote(plan.base.gold_seq)}"
     guard = f"(s._guard_seq IS NULL OR {base_seq} IS NULL OR s._guard_seq >= {base_seq})"
     hashes = [ROW_HASH] + [a.gold_hash for a in plan.aliases]
-    changed = " OR ".join(f"NOT (t.{_q(h)} <=> s.{_q(h)})" for h in hashes)
-    values = {c: f"s.{_q(c)}" for c in plan.gold_columns}
+    changed = " OR ".join(f"NOT (t.{quote(h)} <=> s.{quote(h)})" for h in hashes)
+    values = {c: f"s.{quote(c)}" for c in plan.gold_columns}
     merge = (
         DeltaTable.forName(session, table)
         .alias("t")

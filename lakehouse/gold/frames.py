@@ -147,7 +147,7 @@ def affected_base_keys(
         assert alias.join is not None and alias.parent is not None and alias.parent < alias.index
         parent = plan.aliases[alias.parent]
         keys = _union(parts)
-        if alias.join.foreign_key is None:
+        if alias.join.is_primary_key_join:
             keys = keys.select(*[F.col(c).alias(p) for c, p in zip(alias.source.primary_key, parent.source.primary_key)])
         else:
             fk = parent.source.foreign_key(alias.join.foreign_key)
@@ -191,7 +191,7 @@ def join_view(
     frames: list[DataFrame] = []
     for alias in plan.aliases:
         df = base_live if (alias.index == 0 and base_live is not None) else live[alias.source.name]
-        restrict = alias.index == 0 or (alias.join is not None and alias.join.foreign_key is None)
+        restrict = alias.index == 0 or (alias.join is not None and alias.join.is_primary_key_join)
         if base_keys is not None and restrict:
             keys = base_keys.select(
                 *[F.col(b).alias(a) for b, a in zip(base.source.primary_key, alias.source.primary_key)]
@@ -203,7 +203,7 @@ def join_view(
     for alias, frame in zip(plan.aliases[1:], frames[1:]):
         join = alias.join
         assert join is not None and alias.parent is not None
-        if join.foreign_key is not None:
+        if not join.is_primary_key_join:
             parent = plan.aliases[alias.parent]
             fk = parent.source.foreign_key(join.foreign_key)
             pairs = [(F.col(parent.col(f)), F.col(alias.col(p))) for f, p in zip(fk.columns, alias.source.primary_key)]
@@ -213,7 +213,7 @@ def join_view(
         for left, right in pairs[1:]:
             cond = cond & (left == right)
         joined = joined.join(frame, cond, JOIN_TYPES[join.type])
-        if join.type == "outer":
+        if join.is_outer:
             key_exprs = [F.coalesce(k, F.col(alias.col(p))) for k, p in zip(key_exprs, alias.source.primary_key)]
     outputs: list[Column] = []
     for c in plan.view.columns:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pyspark.sql.types import StringType, StructField, StructType
 
 from lakehouse.declaration import ForeignKey, Join, Pipeline, Source, View
+from lakehouse.errors import PipelineConfigError, UnknownNameError
 from lakehouse.tables import (
     SEQUENCE_TYPE,
     spark_type,
@@ -76,7 +77,7 @@ class ViewPlan:
         for plan in self.aliases:
             if plan.alias == name:
                 return plan
-        raise KeyError(f"view {self.view.name!r} has no alias {name!r}")
+        raise UnknownNameError(f"view {self.view.name!r} has no alias {name!r}")
 
     @property
     def lineage_columns(self) -> tuple[str, ...]:
@@ -103,18 +104,18 @@ class ViewPlan:
 
     @property
     def has_outer(self) -> bool:
-        return any(a.join is not None and a.join.type == "outer" for a in self.aliases)
+        """Some join is FULL OUTER (the declaration's `View.has_outer`)."""
+        return self.view.has_outer
 
 
 def view_plan(pipeline: Pipeline, view: View | str) -> ViewPlan:
     """Derive the aliases, gold key and subscription relations of a view."""
-    view = pipeline.views[view] if isinstance(view, str) else view
+    view = pipeline.view(view)
     index = {a: i for i, a in enumerate(view.aliases)}
     outgoing: dict[str, set[str]] = {a: set() for a in view.aliases}
     for join in view.joins:
-        if join.foreign_key is not None:
-            parent_source = pipeline.source(view.table_of(join.parent_alias))
-            outgoing[join.parent_alias].update(parent_source.foreign_key(join.foreign_key).columns)
+        if not join.is_primary_key_join:
+            outgoing[join.parent_alias].update(pipeline.join_relation(view, join)[1].columns)
     aliases: list[AliasPlan] = []
     for i, alias in enumerate(view.aliases):
         source = pipeline.source(view.table_of(alias))
@@ -122,26 +123,20 @@ def view_plan(pipeline: Pipeline, view: View | str) -> ViewPlan:
         wanted = set(source.primary_key) | outgoing[alias] | {c.column for c in view.columns if c.alias == alias}
         used = tuple(c for c in source.column_names if c in wanted)
         aliases.append(AliasPlan(i, alias, source, join, None if join is None else index[join.parent_alias], used))
-    base = aliases[0]
-    key_columns = []
-    for pk in base.source.primary_key:
-        out = next(c.name for c in view.columns if c.alias == base.alias and c.column == pk)
-        key_columns.append(out)
     relations: list[tuple[Source, ForeignKey]] = []
-    for a in aliases[1:]:
-        if a.join is not None and a.join.foreign_key is not None:
-            parent = aliases[a.parent].source
-            rel = (parent, parent.foreign_key(a.join.foreign_key))
+    for join in view.joins:
+        if not join.is_primary_key_join:
+            rel = pipeline.join_relation(view, join)
             if all((p.name, f.name) != (rel[0].name, rel[1].name) for p, f in relations):
                 relations.append(rel)
     sources: list[Source] = []
     for a in aliases:
         if all(s.name != a.source.name for s in sources):
             sources.append(a.source)
-    plan = ViewPlan(view, tuple(aliases), tuple(key_columns), tuple(relations), tuple(sources))
+    plan = ViewPlan(view, tuple(aliases), view.key_columns(aliases[0].source), tuple(relations), tuple(sources))
     clash = set(plan.output_columns) & (set(plan.lineage_columns) | {ROW_HASH, "_present", "_guard_seq"})
     if clash:
-        raise ValueError(f"view {view.name!r}: output column(s) {sorted(clash)} clash with gold's metadata columns; rename them")
+        raise PipelineConfigError(f"view {view.name!r}: output column(s) {sorted(clash)} clash with gold's metadata columns; rename them")
     return plan
 
 

@@ -43,10 +43,11 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from lakehouse.declaration import Column, Pipeline, Source, View
+from lakehouse.entry import resolve_bootstrap
 from lakehouse.errors import CdcEnrichError, VerificationError
+from lakehouse.sqltext import POSTGRES, quote_qualified, render_view
 
 _EPOCH = datetime(1970, 1, 1)
-_JOIN_KEYWORDS = {"inner": "JOIN", "left": "LEFT JOIN", "outer": "FULL OUTER JOIN"}
 EXAMPLES = 5  # differences shown per category in a report
 
 Key = tuple[Any, ...]
@@ -144,43 +145,22 @@ def _short(value: Any, width: int = 60) -> str:
 
 
 def _q(*names: str) -> str:
-    return ".".join('"' + n.replace('"', '""') + '"' for n in names)
+    """A (qualified) PostgreSQL identifier: `lakehouse.sqltext`'s quoting in its PostgreSQL dialect."""
+    return quote_qualified(*names, dialect=POSTGRES)
 
 
 def postgres_view_sql(pipeline: Pipeline, view: View | str) -> str:
     """The view as one PostgreSQL statement over the source tables: the same left-deep joins as
-    `lakehouse.oracle.oracle_sql` (a null foreign key matches nothing; after a FULL OUTER
-    primary-key join the key is COALESCE(base key, joined key))."""
-    view = pipeline.views[view] if isinstance(view, str) else view
+    `lakehouse.verify.oracle.oracle_sql`, both written by `lakehouse.sqltext.render_view`."""
+    view = pipeline.view(view)
     schema = pipeline.kafka.source_schema
-    base = pipeline.source(view.base)
-    keys = [_q(view.base, k) for k in base.primary_key]
-    lines = [f"FROM {_q(schema, base.name)} AS {_q(view.base)}"]
-    for join in view.joins:
-        target = pipeline.source(join.table)
-        if join.foreign_key is not None:
-            fk = pipeline.source(view.table_of(join.parent_alias)).foreign_key(join.foreign_key)
-            pairs = [(_q(join.alias, pk), _q(join.parent_alias, c)) for pk, c in zip(target.primary_key, fk.columns)]
-        else:
-            pairs = [(_q(join.alias, pk), key) for pk, key in zip(target.primary_key, keys)]
-        on = " AND ".join(f"{right} = {left}" for right, left in pairs)
-        lines.append(f"{_JOIN_KEYWORDS[join.type]} {_q(schema, target.name)} AS {_q(join.alias)} ON {on}")
-        if join.type == "outer":
-            keys = [f"COALESCE({key}, {_q(join.alias, pk)})" for key, pk in zip(keys, target.primary_key)]
-    select = []
-    for col in view.columns:
-        if col.alias == view.base and col.column in base.primary_key:
-            expr = keys[base.primary_key.index(col.column)]
-        else:
-            expr = _q(col.alias, col.column)
-        select.append(f"  {expr} AS {_q(col.name)}")
-    return "SELECT\n" + ",\n".join(select) + "\n" + "\n".join(lines)
+    relations = {name: _q(schema, name) for name in {view.table_of(a) for a in view.aliases}}
+    return render_view(pipeline, view, relations, POSTGRES)
 
 
 def view_key_columns(pipeline: Pipeline, view: View) -> tuple[str, ...]:
     """The output columns selecting the base table's primary key: gold's key."""
-    base = pipeline.source(view.base)
-    return tuple(next(c.name for c in view.columns if c.alias == view.base and c.column == pk) for pk in base.primary_key)
+    return view.key_columns(pipeline.source(view.base))
 
 
 def view_column_types(pipeline: Pipeline, view: View) -> list[Column]:
@@ -314,8 +294,8 @@ def current_lsn(dsn: str) -> tuple[str, int]:
     return str(text), int(number)
 
 
+def replication_name(pipeline: Pipeline) -> str:
     """The connector's slot and publication name: [a-z0-9_], at most 63 characters (PostgreSQL's limit)."""
-    """The connector's slot and publication name (the local stack's connector config uses it): PostgreSQL allows [a-z0-9_] up to 63 characters in slot names."""
     return ("cdc_enrich_" + re.sub(r"[^a-z0-9_]", "_", pipeline.name.lower()))[:63]
 
 
@@ -480,18 +460,6 @@ def compare_with_postgres(spark: Any, pipeline: Pipeline, dsn: str, catch_up: Ca
     return report
 
 
-def _bootstrap_for(pipeline: Pipeline, lake: Path) -> str:
-    import os
-
-    from devstack.broker import broker_status
-
-    if os.environ.get("CDC_ENRICH_KAFKA_BOOTSTRAP"):
-        return os.environ["CDC_ENRICH_KAFKA_BOOTSTRAP"]
-    if pipeline.kafka.bootstrap_servers:
-        return pipeline.kafka.bootstrap_servers
-    return broker_status(lake).bootstrap
-
-
 def verify_against_postgres(
     spark: Any,
     pipeline: Pipeline,
@@ -502,10 +470,9 @@ def verify_against_postgres(
     progress: Callable[[str], None] | None = None,
 ) -> PostgresVerifyReport:
     """Drain the pipeline until it has caught up with the database, then compare gold and silver
-    with PostgreSQL. `bootstrap` defaults to env CDC_ENRICH_KAFKA_BOOTSTRAP, the pipeline file,
-    then the lake's local broker."""
+    with PostgreSQL. `bootstrap` (None: the entry layer's precedence, `lakehouse.entry.resolve_bootstrap`)."""
     started = time.monotonic()
-    catch_up = drain(spark, pipeline, Path(lake), bootstrap or _bootstrap_for(pipeline, Path(lake)), dsn, timeout_s, progress)
+    catch_up = drain(spark, pipeline, Path(lake), resolve_bootstrap(bootstrap, pipeline, Path(lake)).servers, dsn, timeout_s, progress)
     report = compare_with_postgres(spark, pipeline, dsn, catch_up)
     report.seconds = time.monotonic() - started
     return report

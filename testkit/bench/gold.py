@@ -47,7 +47,7 @@ def _sizes(pipeline: Pipeline, view: str, fact_rows: int) -> dict[str, int]:
     rows: dict[str, int] = {}
     for alias in plan.aliases:
         if alias.parent is not None:
-            depth[alias.index] = depth[alias.parent] + (0 if alias.join and alias.join.foreign_key is None else 1)
+            depth[alias.index] = depth[alias.parent] + (0 if alias.join and alias.join.is_primary_key_join else 1)
         n = max(100, fact_rows // (10 ** depth[alias.index]))
         rows[alias.source.name] = max(rows.get(alias.source.name, 0), n)
     return rows

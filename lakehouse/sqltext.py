@@ -1,0 +1,94 @@
+"""SQL text from the declaration: identifier quoting and a gold view as one plain SQL join.
+
+Pure Python (no Spark), so the oracle (Spark SQL over any state), the PostgreSQL check (the
+same join run inside the database) and the quality suites (Spark SQL names) all write one text.
+A `Dialect` says how that text differs between engines; today only the identifier quote does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+from lakehouse.declaration import Join, Pipeline, Source, View
+
+#: How each declared join type is written; both dialects spell them alike.
+JOIN_KEYWORDS: Mapping[str, str] = {"inner": "JOIN", "left": "LEFT JOIN", "outer": "FULL OUTER JOIN"}
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """What differs between the SQL engines a view is rendered for."""
+
+    name: str
+    quote_char: str
+    join_keywords: Mapping[str, str]
+
+    def join_keyword(self, join: Join) -> str:
+        """The keyword introducing `join` (`JOIN`, `LEFT JOIN`, `FULL OUTER JOIN`)."""
+        return self.join_keywords[join.type]
+
+
+SPARK = Dialect("spark", "`", JOIN_KEYWORDS)
+POSTGRES = Dialect("postgres", '"', JOIN_KEYWORDS)
+
+
+def quote(name: str, dialect: Dialect = SPARK) -> str:
+    """One identifier, quoted so any spelling is safe (the quote character is doubled)."""
+    q = dialect.quote_char
+    return q + name.replace(q, q + q) + q
+
+
+def quote_qualified(*names: str, dialect: Dialect = SPARK) -> str:
+    """`a`, `b`, `c` -> `` `a`.`b`.`c` ``: each part of a qualified name quoted."""
+    return ".".join(quote(n, dialect) for n in names)
+
+
+def render_view(pipeline: Pipeline, view: View | str, relations: Mapping[str, str], dialect: Dialect) -> str:
+    """The view as one SQL statement; `relations[source]` is the SQL text naming that source's relation.
+
+    Joins are written in declared order (left-deep), each foreign-key join as
+    `ON <referenced pk> = <parent alias>.<fk column>` (a null fk matches nothing), each
+    primary-key join on the view's key; after a FULL OUTER primary-key join the key is
+    `COALESCE(base key, joined key)` (a right-only key is still a row, as in KIP-77).
+    """
+    view = pipeline.view(view)
+    base = pipeline.source(view.base)
+    keys = [quote_qualified(view.base, k, dialect=dialect) for k in base.primary_key]
+    lines = [f"FROM {relations[base.name]} AS {quote(view.base, dialect)}"]
+    for join in view.joins:
+        target = pipeline.source(join.table)
+        on = " AND ".join(f"{right} = {left}" for right, left in _join_pairs(pipeline, view, join, keys, dialect))
+        lines.append(f"{dialect.join_keyword(join)} {relations[target.name]} AS {quote(join.alias, dialect)} ON {on}")
+        if join.is_outer:
+            keys = _coalesced_keys(keys, join.alias, target, dialect)
+    select = ",\n".join(f"  {expr} AS {quote(name, dialect)}" for name, expr in _select_items(view, base, keys, dialect))
+    return "SELECT\n" + select + "\n" + "\n".join(lines)
+
+
+def _join_pairs(pipeline: Pipeline, view: View, join: Join, keys: list[str], dialect: Dialect) -> list[tuple[str, str]]:
+    """(joined column, what it equals) per key column: the parent's fk columns, or the view's key."""
+    target = pipeline.source(join.table)
+    if join.is_primary_key_join:
+        lefts = keys
+    else:
+        _, fk = pipeline.join_relation(view, join)
+        lefts = [quote_qualified(join.parent_alias, c, dialect=dialect) for c in fk.columns]
+    return [(quote_qualified(join.alias, pk, dialect=dialect), left) for pk, left in zip(target.primary_key, lefts)]
+
+
+def _coalesced_keys(keys: list[str], alias: str, target: Source, dialect: Dialect) -> list[str]:
+    """After an outer join a row may come from either side: its key is the first one set."""
+    return [f"COALESCE({key}, {quote_qualified(alias, pk, dialect=dialect)})" for key, pk in zip(keys, target.primary_key)]
+
+
+def _select_items(view: View, base: Source, keys: list[str], dialect: Dialect) -> list[tuple[str, str]]:
+    """(output column, expression): a base key column reads the (possibly coalesced) key."""
+    items = []
+    for col in view.columns:
+        if col.alias == view.base and col.column in base.primary_key:
+            expr = keys[base.primary_key.index(col.column)]
+        else:
+            expr = quote_qualified(col.alias, col.column, dialect=dialect)
+        items.append((col.name, expr))
+    return items
