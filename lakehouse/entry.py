@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from lakehouse.declaration import TRIGGERS, Pipeline, load_pipeline
+from lakehouse.declaration import Pipeline, load_pipeline
 from lakehouse.errors import CdcEnrichError, PipelineConfigError
 from lakehouse.paths import local_broker_state
+from lakehouse.streaming import check_trigger
 
 BOOTSTRAP_ENV = "CDC_ENRICH_KAFKA_BOOTSTRAP"
 LOCAL_BROKER_HOST = "127.0.0.1"
@@ -63,8 +64,7 @@ def resolve_bootstrap(flag: str | None, pipeline: Pipeline, lake: Path) -> Boots
 def resolve_trigger(flag: str | None, pipeline: Pipeline) -> str:
     """The streams' trigger: --trigger, else the pipeline's `options.trigger`."""
     trigger = flag or pipeline.options.trigger
-    if trigger not in TRIGGERS:
-        raise PipelineConfigError(f"trigger {trigger!r} is not one of {', '.join(TRIGGERS)}")
+    check_trigger(trigger)
     return trigger
 
 

@@ -47,7 +47,6 @@ from __future__ import annotations
 
 from lakehouse.bronze.fast_sql import (  # noqa: F401
     PARSERS,
-    TRIGGERS,
     KAFKA_COLUMNS,
     HEADERS,
     STREAM,

@@ -25,11 +25,12 @@ from lakehouse.bronze.parse import (
     quarantine_rows,
     unknown_topic_rows,
 )
-from lakehouse.bronze.fast_sql import KAFKA_COLUMNS, PARSERS, STREAM, TRIGGERS, SqlPass
+from lakehouse.bronze.fast_sql import KAFKA_COLUMNS, PARSERS, STREAM, SqlPass
 from lakehouse.bronze.tables import ensure_bronze_tables
 from lakehouse.declaration import Pipeline, Source
 from lakehouse.errors import CdcEnrichError
 from lakehouse.paths import checkpoint_dir
+from lakehouse.streaming import StreamSpec, check_trigger, first_line, run_streams
 from lakehouse.tables import (
     bronze_table,
     quarantine_table,
@@ -390,7 +391,7 @@ def run_bronze(
     Restarting on the same checkpoints resumes after the last committed batch; a batch
     replayed after a crash is not written twice (commit tags, see the module docstring).
     """
-    _check_choice("trigger", trigger, TRIGGERS)
+    check_trigger(trigger)
     _check_choice("parser", parser, PARSERS)
     lake = Path(lake)
     base = Path(checkpoint) if checkpoint else checkpoint_dir(lake, pipeline.name, STREAM)
@@ -427,19 +428,12 @@ def run_bronze(
         f"from {bootstrap}, trigger {trigger}, at most {max_offsets} records per batch, checkpoints {base}"
     )
     started = time.monotonic()
-    runs = [_Run(handler, frame, base, pipeline, trigger) for handler, frame in plans]
     try:
-        for run in runs:
-            run.start()
-        _await(runs, None if trigger == "available_now" else timeout_s, say)
-    except Exception as exc:
-        raise CdcEnrichError(
-            f"bronze ingest of pipeline {pipeline.name!r} failed: {_short(exc)}. Nothing of an uncommitted batch "
-            f"is lost: rerun to resume from the checkpoints under {base}."
-        ) from exc
+        run_streams(
+            [_bronze_stream(handler, frame, base, pipeline) for handler, frame in plans],
+            trigger, pipeline.options.processing_time, timeout_s=timeout_s, say=say,
+        )
     finally:
-        for run in runs:
-            run.stop()
         report.seconds = time.monotonic() - started
     say(
         f"bronze {pipeline.name}: done, {report.records} records, {report.rows} rows to bronze, "
@@ -448,74 +442,29 @@ def run_bronze(
     return report
 
 
-# Spark 4.1.1's Kafka source throws this NPE while reporting progress for the first batch
-# after a restart when that batch is a replay of one the crashed run left uncommitted
-# (apache/spark SPARK-55271 / SPARK-57438: `Some(null)` in KafkaMicroBatchStream.metrics).
-# It happens after the batch is written and committed, so restarting the query is safe.
-_KAFKA_METRICS_NPE = ('"scala.Option.get()" is null', "IterableOps.map")
-_MAX_RESTARTS = 3
+def _bronze_stream(handler: _Stream, frame: DataFrame, base: Path, pipeline: Pipeline) -> StreamSpec:
+    """One stream's query for the shared runner: `<base>/<stream>` checkpoint, commit tags bound to its id.
 
+    Before every (re)start the handler learns which batch the previous run left uncommitted
+    (the only one it may replay); after it, the query id its commit tags carry.
+    """
+    checkpoint = base / handler.name
 
-@dataclass
-class _Run:
-    """One stream's query, restartable on the known Spark bug above."""
+    def build() -> Any:
+        handler.reset(uncommitted_batch(checkpoint))
+        return frame.writeStream.foreachBatch(handler)
 
-    handler: _Stream
-    frame: DataFrame
-    base: Path
-    pipeline: Pipeline
-    trigger: str
-    query: Any = None
-    restarts: int = 0
-
-    def start(self) -> None:
-        writer = (
-            self.frame.writeStream.foreachBatch(self.handler)
-            .option("checkpointLocation", str(self.base / self.handler.name))
-            .queryName(f"bronze_{self.pipeline.name}_{self.handler.name}")
+    def failure(exc: BaseException) -> str:
+        return (
+            f"bronze ingest of pipeline {pipeline.name!r} failed: {first_line(exc)}. Nothing of an uncommitted batch "
+            f"is lost: rerun to resume from the checkpoints under {base}."
         )
-        if self.trigger == "available_now":
-            writer = writer.trigger(availableNow=True)
-        else:
-            writer = writer.trigger(processingTime=self.pipeline.options.processing_time)
-        self.handler.reset(uncommitted_batch(self.base / self.handler.name))
-        self.query = writer.start()
-        self.handler.bind(str(self.query.id))
 
-    def stop(self) -> None:
-        if self.query is not None and self.query.isActive:
-            self.query.stop()
-
-    def restartable(self, exc: BaseException) -> bool:
-        """The known bug: its message, raised from KafkaMicroBatchStream.metrics (JVM stack trace)."""
-        text = f"{exc}\n{getattr(exc, '_stackTrace', '') or ''}\n{getattr(exc, '_cause', '') or ''}"
-        known = all(marker in text for marker in _KAFKA_METRICS_NPE)
-        return self.restarts < _MAX_RESTARTS and known
-
-
-def _short(exc: BaseException) -> str:
-    """An exception's first line (Spark's carry whole plans)."""
-    lines = str(exc).strip().splitlines()
-    return lines[0][:500] if lines else type(exc).__name__
-
-
-def _await(runs: list[_Run], timeout_s: float | None, say: Callable[[str], None]) -> None:
-    """Wait for every query (or until the timeout); a failure other than the known bug stops the wait."""
-    deadline = None if timeout_s is None else time.monotonic() + timeout_s
-    pending = list(runs)
-    while pending:
-        for run in list(pending):
-            if deadline is not None and time.monotonic() >= deadline:
-                return
-            try:
-                done = run.query.awaitTermination(1)
-            except Exception as exc:  # noqa: BLE001 - StreamingQueryException
-                if not run.restartable(exc):
-                    raise
-                run.restarts += 1
-                say(f"bronze {run.pipeline.name}/{run.handler.name}: restarting after Spark's Kafka metrics NPE "
-                    f"(SPARK-55271; the replayed batch is already committed)")
-                run.start()
-                continue
-            if done:
-                pending.remove(run)
+    return StreamSpec(
+        name=f"bronze {pipeline.name}/{handler.name}",
+        query_name=f"bronze_{pipeline.name}_{handler.name}",
+        checkpoint=checkpoint,
+        build=build,
+        started=handler.bind,
+        failure=failure,
+    )

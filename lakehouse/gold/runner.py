@@ -34,7 +34,9 @@ from lakehouse.gold.plan import (
     view_plan,
 )
 from lakehouse.gold.recompute import full_recompute
+from lakehouse.errors import UnknownNameError
 from lakehouse.paths import checkpoint_dir
+from lakehouse.streaming import Stream, StreamSpec, check_trigger, run_streams
 from lakehouse.tables import (
     delta_txn,
     gold_table,
@@ -152,6 +154,11 @@ class _ViewMaintainer:
         self.query_id: str | None = None
         self.ready = threading.Event()
         self.run_a_batch = False  # after one batch, gold is known filled (or the MERGE path fills it)
+
+    def started(self, query_id: str) -> None:
+        """The query started: its id names the commit tags, and batches may run."""
+        self.query_id = query_id
+        self.ready.set()
 
     def app_id(self, target: str) -> str:
         return f"cdc-enrich/{self.pipeline.name}/gold_{self.plan.view.name}/{self.query_id}/{target}"
@@ -362,6 +369,30 @@ def prepare_view(spark: SparkSession, pipeline: Pipeline, plan: ViewPlan) -> Non
     ensure_gold_table(spark, pipeline, plan)
 
 
+def view_stream(
+    spark: SparkSession,
+    pipeline: Pipeline,
+    lake: Path,
+    view: str,
+    run: ViewRun,
+    progress: Callable[[str], None] | None = None,
+    *,
+    prepare: bool = False,
+) -> StreamSpec:
+    """The view's query for the shared runner (silver's change feeds -> `_ViewMaintainer`);
+    `prepare` creates its tables just before it starts."""
+    plan = view_plan(pipeline, view)
+    maintainer = _ViewMaintainer(pipeline, plan, run, progress)
+    return StreamSpec(
+        name=f"gold {view}",
+        query_name=f"gold_{pipeline.name}_{view}",
+        checkpoint=checkpoint_dir(lake, pipeline.name, f"gold_{view}"),
+        build=lambda: change_stream(spark, pipeline, plan).writeStream.foreachBatch(maintainer),
+        prepare=(lambda: prepare_view(spark, pipeline, plan)) if prepare else (lambda: None),
+        started=maintainer.started,
+    )
+
+
 def start_view(
     spark: SparkSession,
     pipeline: Pipeline,
@@ -372,25 +403,10 @@ def start_view(
     progress: Callable[[str], None] | None = None,
 ) -> Any:
     """Start the view's streaming query (tables must exist); returns the StreamingQuery."""
-    plan = view_plan(pipeline, view)
-    run = run or ViewRun(view)
-    maintainer = _ViewMaintainer(pipeline, plan, run, progress)
-    writer = (
-        change_stream(spark, pipeline, plan)
-        .writeStream.queryName(f"gold_{pipeline.name}_{view}")
-        .option("checkpointLocation", str(checkpoint_dir(lake, pipeline.name, f"gold_{view}")))
-        .foreachBatch(maintainer)
-    )
-    if trigger == "available_now":
-        writer = writer.trigger(availableNow=True)
-    elif trigger == "processing_time":
-        writer = writer.trigger(processingTime=pipeline.options.processing_time)
-    else:
-        raise ValueError(f"unknown trigger {trigger!r}; expected available_now or processing_time")
-    query = writer.start()
-    maintainer.query_id = str(query.id)
-    maintainer.ready.set()
-    return query
+    spec = view_stream(spark, pipeline, lake, view, run or ViewRun(view), progress)
+    stream = Stream(spec, trigger, pipeline.options.processing_time)
+    stream.start()
+    return stream.query
 
 
 def run_gold(
@@ -400,39 +416,44 @@ def run_gold(
     views: Sequence[str] | None = None,
     trigger: str = "available_now",
     progress: Callable[[str], None] | None = None,
+    *,
+    timeout_s: float | None = None,
 ) -> GoldReport:
     """Bring every (or the named) gold view up to date with silver.
 
-    `available_now` drains what silver holds now, view by view, and returns. `processing_time`
-    starts every view's query and blocks until one stops (an error is raised from it).
+    `available_now` drains what silver holds now, view by view (views may share subscription
+    tables), and returns. `processing_time` runs every view's query together until `timeout_s`
+    (None: until stopped); a failing one stops the others and raises.
     """
     names = list(views) if views else list(pipeline.views)
     unknown = [v for v in names if v not in pipeline.views]
     if unknown:
-        raise KeyError(f"pipeline {pipeline.name!r} has no view(s) {unknown}; declared: {', '.join(pipeline.views)}")
+        raise UnknownNameError(f"pipeline {pipeline.name!r} has no view(s) {unknown}; declared: {', '.join(pipeline.views)}")
+    check_trigger(trigger)
     report = GoldReport()
-    queries = []
+    specs = []
     for name in names:
-        plan = view_plan(pipeline, name)
         run = report.views.setdefault(name, ViewRun(name))
-        missing = _missing_silver(spark, pipeline, plan)
-        if missing:
-            run.skipped = f"silver table(s) not created yet: {', '.join(missing)}; run the silver stage first"
-            if progress:
-                progress(f"gold {name}: {run.skipped}")
+        if _skipped(spark, pipeline, name, run, progress):
             continue
-        prepare_view(spark, pipeline, plan)
-        query = start_view(spark, pipeline, lake, name, trigger=trigger, run=run, progress=progress)
+        spec = view_stream(spark, pipeline, lake, name, run, progress, prepare=True)
         if trigger == "available_now":
-            query.awaitTermination()
-            if query.exception() is not None:  # pragma: no cover - awaitTermination raises first
-                raise RuntimeError(f"gold {name} failed: {query.exception()}")
+            run_streams([spec], trigger, pipeline.options.processing_time, say=progress)
         else:
-            queries.append(query)
-    if queries:
-        spark.streams.awaitAnyTermination()
-        for query in queries:
-            query.stop()
+            specs.append(spec)
+    if specs:
+        run_streams(specs, trigger, pipeline.options.processing_time, timeout_s=timeout_s, say=progress)
     return report
 
 
+def _skipped(
+    spark: SparkSession, pipeline: Pipeline, name: str, run: ViewRun, progress: Callable[[str], None] | None
+) -> bool:
+    """Whether the view waits for silver (a source table not created yet); says so in its run."""
+    missing = _missing_silver(spark, pipeline, view_plan(pipeline, name))
+    if not missing:
+        return False
+    run.skipped = f"silver table(s) not created yet: {', '.join(missing)}; run the silver stage first"
+    if progress:
+        progress(f"gold {name}: {run.skipped}")
+    return True

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from pyspark.sql import DataFrame, SparkSession
 
@@ -14,6 +14,7 @@ from lakehouse.paths import checkpoint_dir
 from lakehouse.silver.apply import SilverReport, SilverStats, StreamState, apply_batch
 from lakehouse.silver.layout import ensure_silver_tables
 from lakehouse.silver.plan import APP_ID_FILE
+from lakehouse.streaming import StreamSpec, run_streams
 from lakehouse.tables import (
     bronze_table,
     silver_current_table,
@@ -48,55 +49,56 @@ def run_silver(
     sources: list[str] | None = None,
     trigger: str = "available_now",
     progress: Callable[[str], None] | None = None,
+    *,
+    timeout_s: float | None = None,
 ) -> SilverReport:
-    """Stream each source's bronze table into its silver tables (one query per source).
+    """Stream each source's bronze table into its silver tables (one query per source, all together).
 
     `trigger`: `available_now` (drain what is there, then return) or `processing_time`
-    (`options.processing_time`; runs until stopped). `progress(message)` gets one line per
-    batch.
+    (`options.processing_time`; runs until stopped, or `timeout_s`). `progress(message)` gets
+    one line per batch. Each source's tables are created just before its query starts.
     """
     names = sources or list(pipeline.sources)
     report = SilverReport()
-    queries = []
-    try:
-        for name in names:
-            source = pipeline.source(name)
-            bronze = bronze_table(pipeline, source)
-            if not spark.catalog.tableExists(bronze):
-                raise CdcEnrichError(f"bronze table {bronze} does not exist: run the bronze job for {name!r} first")
-            ensure_silver_tables(spark, pipeline, source)
-            checkpoint = silver_checkpoint(pipeline, source, lake)
-            app_id = stream_app_id(checkpoint)
-            report.sources.setdefault(name, SilverStats())
-            state = StreamState()
-
-            def on_batch(
-                batch_df: DataFrame, batch_id: int, source: Source = source, app_id: str = app_id, state: StreamState = state
-            ) -> None:
-                stats = apply_batch(batch_df, batch_id, pipeline, source, app_id, state)
-                report.add(source.name, stats)
-                if progress is not None:
-                    progress(f"silver {source.name} batch {batch_id}: {stats.describe()}")
-
-            writer = (
-                spark.readStream.format("delta").table(bronze)
-                .writeStream.foreachBatch(on_batch)
-                .option("checkpointLocation", str(checkpoint))
-                .queryName(f"silver_{pipeline.tables.silver_schema}_{name}")
-            )
-            if trigger == "available_now":
-                writer = writer.trigger(availableNow=True)
-            elif trigger == "processing_time":
-                writer = writer.trigger(processingTime=pipeline.options.processing_time)
-            else:
-                raise ValueError(f"trigger must be available_now or processing_time, got {trigger!r}")
-            queries.append(writer.start())
-        for query in queries:
-            query.awaitTermination()
-    finally:
-        for query in queries:
-            if query.isActive:
-                query.stop()
+    specs = [_silver_stream(spark, pipeline, lake, pipeline.source(name), report, progress) for name in names]
+    run_streams(specs, trigger, pipeline.options.processing_time, timeout_s=timeout_s, say=progress)
     return report
 
 
+def _silver_stream(
+    spark: SparkSession,
+    pipeline: Pipeline,
+    lake: Path,
+    source: Source,
+    report: SilverReport,
+    progress: Callable[[str], None] | None,
+) -> StreamSpec:
+    """One source's query for the shared runner: bronze's Delta table -> `apply_batch`, once per batch id."""
+    bronze = bronze_table(pipeline, source)
+    checkpoint = silver_checkpoint(pipeline, source, lake)
+
+    def prepare() -> None:
+        if not spark.catalog.tableExists(bronze):
+            raise CdcEnrichError(f"bronze table {bronze} does not exist: run the bronze job for {source.name!r} first")
+        ensure_silver_tables(spark, pipeline, source)
+
+    def build() -> Any:
+        app_id = stream_app_id(checkpoint)
+        report.sources.setdefault(source.name, SilverStats())
+        state = StreamState()
+
+        def on_batch(batch_df: DataFrame, batch_id: int) -> None:
+            stats = apply_batch(batch_df, batch_id, pipeline, source, app_id, state)
+            report.add(source.name, stats)
+            if progress is not None:
+                progress(f"silver {source.name} batch {batch_id}: {stats.describe()}")
+
+        return spark.readStream.format("delta").table(bronze).writeStream.foreachBatch(on_batch)
+
+    return StreamSpec(
+        name=f"silver {source.name}",
+        query_name=f"silver_{pipeline.tables.silver_schema}_{source.name}",
+        checkpoint=checkpoint,
+        build=build,
+        prepare=prepare,
+    )

@@ -16,6 +16,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from lakehouse.declaration import Pipeline, parse_pipeline
+from lakehouse.errors import TableLayoutError
 from lakehouse.gold import (
     ROW_HASH,
     affected_base_keys,
@@ -207,7 +208,7 @@ def test_a_gold_table_hashed_by_an_earlier_version_is_refused_with_what_to_do(sp
     assert ensure_gold_table(spark, pipeline, plan) == table  # an empty table, or rows of today's hash: fine
     old_row = {c: None for c in plan.gold_columns} | {"order_id": 1, ROW_HASH: "ab" * 32}  # a sha256 in hex
     spark.createDataFrame([old_row], plan.gold_schema()).write.format("delta").mode("append").saveAsTable(table)
-    with pytest.raises(ValueError, match=r"64-character hashes, now 32.*drop the table and its checkpoint"):
+    with pytest.raises(TableLayoutError, match=r"64-character hashes, now 32.*drop the table and its checkpoint"):
         ensure_gold_table(spark, pipeline, plan)
 
 

@@ -21,6 +21,7 @@ import pytest
 from pyspark.sql.types import StructType
 
 from lakehouse.declaration import Pipeline, Source, View
+from lakehouse.errors import UnknownNameError
 from lakehouse.tables import (
     SEQUENCE_TYPE,
     bronze_schema,
@@ -346,7 +347,7 @@ def test_tables_that_do_not_exist_yet_are_skipped(spark, shop_pipeline, lake):
     assert report.ok and report.evaluated == 0
     assert len(report.skipped) == len(build_suites(p))
     assert "skipped: table not found" in report.render()
-    with pytest.raises(ValueError, match="unknown table"):
+    with pytest.raises(UnknownNameError, match="unknown table"):
         run_quality(spark, p, lake, tables=["gold.nope"])
 
 

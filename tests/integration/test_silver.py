@@ -620,7 +620,7 @@ def test_job_entry_point_applies_the_named_source(make_env, tmp_path, shop_pipel
     path.write_text(yaml.safe_dump(raw))
     assert main(["--pipeline", str(path), "--lake", str(env.lake), "--source", "products"]) == 0
     assert env.live()[1]["title"] == "from the job"
-    assert main(["--pipeline", str(path), "--lake", str(env.lake), "--source", "nope"]) == 1
+    assert main(["--pipeline", str(path), "--lake", str(env.lake), "--source", "nope"]) == 2  # a configuration error: exit 2, as in every job
 
 
 def test_a_column_added_upstream_is_added_to_silver(make_env):

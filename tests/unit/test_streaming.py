@@ -1,0 +1,238 @@
+"""The shared streaming runner without Spark: trigger mapping, the known-bug detection, and
+`run_streams`' start/await/restart/stop rules, driven by tiny fake writers and queries."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from lakehouse.errors import CdcEnrichError, PipelineConfigError, StreamError
+from lakehouse.streaming import (
+    KAFKA_METRICS_NPE,
+    MAX_RESTARTS,
+    StreamSpec,
+    apply_trigger,
+    first_line,
+    is_known_spark_bug,
+    run_streams,
+)
+
+
+class FakeQuery:
+    """A StreamingQuery whose `awaitTermination(1)` answers from a script (True, False or an exception)."""
+
+    def __init__(self, script: list[Any], name: str, log: list[str]) -> None:
+        self.id = f"id-{name}"
+        self.script = list(script)
+        self.name = name
+        self.log = log
+        self.isActive = True
+
+    def awaitTermination(self, timeout: float) -> bool:  # noqa: N802 - Spark's name
+        step = self.script.pop(0) if self.script else False
+        if isinstance(step, BaseException):
+            self.isActive = False
+            raise step
+        if step:
+            self.isActive = False
+        return bool(step)
+
+    def stop(self) -> None:
+        self.log.append(f"stop {self.name}")
+        self.isActive = False
+
+
+class FakeWriter:
+    """A DataStreamWriter that records what it was told and starts a FakeQuery."""
+
+    def __init__(self, query: Callable[[], FakeQuery]) -> None:
+        self.calls: list[tuple[str, Any]] = []
+        self.query = query
+
+    def option(self, key: str, value: str) -> FakeWriter:
+        self.calls.append(("option", (key, value)))
+        return self
+
+    def queryName(self, name: str) -> FakeWriter:  # noqa: N802 - Spark's name
+        self.calls.append(("queryName", name))
+        return self
+
+    def trigger(self, **kwargs: Any) -> FakeWriter:
+        self.calls.append(("trigger", kwargs))
+        return self
+
+    def start(self) -> FakeQuery:
+        return self.query()
+
+
+def fake_spec(name: str, scripts: list[list[Any]], log: list[str], **hooks: Any) -> StreamSpec:
+    """A spec whose n-th start gets the n-th script (a restart starts the next one)."""
+    starts = iter(scripts)
+
+    def build() -> FakeWriter:
+        log.append(f"build {name}")
+        return FakeWriter(lambda: FakeQuery(next(starts), name, log))
+
+    return StreamSpec(name=name, query_name=f"q_{name}", checkpoint=Path("/cp") / name, build=build, **hooks)
+
+
+# --------------------------------------------------------------------------- trigger mapping
+
+
+def test_available_now_maps_to_the_available_now_trigger() -> None:
+    writer = apply_trigger(FakeWriter(lambda: None), "available_now", "10 seconds")
+    assert writer.calls == [("trigger", {"availableNow": True})]
+
+
+def test_processing_time_maps_to_the_pipelines_interval() -> None:
+    writer = apply_trigger(FakeWriter(lambda: None), "processing_time", "7 seconds")
+    assert writer.calls == [("trigger", {"processingTime": "7 seconds"})]
+
+
+@pytest.mark.parametrize("trigger", ["once", "availableNow", "", "PROCESSING_TIME"])
+def test_an_unknown_trigger_is_a_configuration_error(trigger: str) -> None:
+    with pytest.raises(PipelineConfigError, match="available_now, processing_time"):
+        apply_trigger(FakeWriter(lambda: None), trigger, "10 seconds")
+
+
+def test_an_unknown_trigger_fails_before_anything_is_prepared_or_started() -> None:
+    log: list[str] = []
+    spec = fake_spec("a", [[True]], log, prepare=lambda: log.append("prepare a"))
+    with pytest.raises(PipelineConfigError):
+        run_streams([spec], "continuous", "1 second")
+    assert log == []
+
+
+# --------------------------------------------------------------------------- the known Spark bug
+
+
+class JvmError(Exception):
+    """Like pyspark's captured exceptions: the JVM stack trace on `_stackTrace`."""
+
+    def __init__(self, message: str, stack: str = "") -> None:
+        super().__init__(message)
+        self._stackTrace = stack
+
+
+def test_the_kafka_metrics_npe_is_recognised_by_message_and_stack() -> None:
+    message, frame = KAFKA_METRICS_NPE
+    assert is_known_spark_bug(JvmError(f"Cannot invoke {message}", f"at scala.collection.{frame}(x)"))
+    assert not is_known_spark_bug(JvmError(f"Cannot invoke {message}"))  # not raised from the metrics
+    assert not is_known_spark_bug(JvmError("some other NPE", f"at {frame}"))
+
+
+def test_first_line_keeps_one_line_of_a_long_message() -> None:
+    assert first_line(RuntimeError("boom\n== Physical Plan ==\n...")) == "boom"
+    assert first_line(RuntimeError("x" * 900)) == "x" * 500
+    assert first_line(KeyboardInterrupt()) == "KeyboardInterrupt"
+
+
+# --------------------------------------------------------------------------- run_streams
+
+
+def test_every_stream_is_prepared_started_and_drained_in_order() -> None:
+    log: list[str] = []
+    ids: list[str] = []
+    specs = [
+        fake_spec(n, [[False, True]], log, prepare=lambda n=n: log.append(f"prepare {n}"), started=ids.append)
+        for n in ("a", "b")
+    ]
+    run_streams(specs, "available_now", "1 second")
+    assert log == ["prepare a", "build a", "prepare b", "build b"]  # b's tables after a started
+    assert ids == ["id-a", "id-b"]
+
+
+def test_checkpoint_query_name_and_trigger_are_set_on_the_writer() -> None:
+    writers: list[FakeWriter] = []
+
+    def build() -> FakeWriter:
+        writers.append(FakeWriter(lambda: FakeQuery([True], "a", [])))
+        return writers[-1]
+
+    run_streams([StreamSpec("a", "q_a", Path("/cp/a"), build)], "processing_time", "3 seconds")
+    assert writers[0].calls == [
+        ("option", ("checkpointLocation", "/cp/a")),
+        ("queryName", "q_a"),
+        ("trigger", {"processingTime": "3 seconds"}),
+    ]
+
+
+def _npe() -> JvmError:
+    message, frame = KAFKA_METRICS_NPE
+    return JvmError(f"Cannot invoke {message}", f"at {frame}")
+
+
+def test_a_query_that_died_of_the_known_bug_is_restarted() -> None:
+    log: list[str] = []
+    said: list[str] = []
+    ids: list[str] = []
+    spec = fake_spec("bronze p/orders", [[_npe()], [True]], log, started=ids.append)
+    run_streams([spec], "available_now", "1 second", say=said.append)
+    assert log == ["build bronze p/orders", "build bronze p/orders"]  # rebuilt: the handler is reset
+    assert ids == ["id-bronze p/orders"] * 2
+    assert said == ["bronze p/orders: restarting after Spark's Kafka metrics NPE "
+                    "(SPARK-55271; the replayed batch is already committed)"]
+
+
+def test_restarts_are_limited() -> None:
+    log: list[str] = []
+    spec = fake_spec("a", [[_npe()]] * (MAX_RESTARTS + 1), log)
+    with pytest.raises(StreamError, match="a failed: Cannot invoke"):
+        run_streams([spec], "available_now", "1 second")
+    assert log.count("build a") == MAX_RESTARTS + 1
+
+
+def test_a_failure_stops_the_others_and_is_the_projects_error() -> None:
+    log: list[str] = []
+    boom = RuntimeError("batch 3 failed\nJVM stack ...")
+    specs = [fake_spec("a", [[False] * 100], log), fake_spec("b", [[False, boom]], log)]
+    with pytest.raises(StreamError) as caught:
+        run_streams(specs, "processing_time", "1 second")
+    assert "stop a" in log and "stop b" not in log  # b had already terminated
+    assert str(caught.value).startswith("b failed: batch 3 failed. Nothing of an uncommitted batch is lost")
+    assert caught.value.__cause__ is boom
+
+
+def test_a_stage_words_its_own_failure() -> None:
+    spec = fake_spec("a", [[ValueError("bad\nplan")]], [], failure=lambda exc: f"stage x failed: {first_line(exc)}")
+    with pytest.raises(StreamError, match="^stage x failed: bad$"):
+        run_streams([spec], "available_now", "1 second")
+
+
+def test_a_project_error_while_preparing_passes_through_and_stops_the_started() -> None:
+    log: list[str] = []
+
+    def missing() -> None:
+        raise CdcEnrichError("bronze table t does not exist: run the bronze job for 'b' first")
+
+    specs = [fake_spec("a", [[False] * 100], log), fake_spec("b", [[True]], log, prepare=missing)]
+    with pytest.raises(CdcEnrichError, match="does not exist") as caught:
+        run_streams(specs, "available_now", "1 second")
+    assert not isinstance(caught.value, StreamError)
+    assert log == ["build a", "stop a"]
+
+
+def test_processing_time_stops_every_query_at_the_timeout() -> None:
+    log: list[str] = []
+    specs = [fake_spec(n, [[False] * 10_000], log) for n in ("a", "b")]
+    started = time.monotonic()
+    run_streams(specs, "processing_time", "1 second", timeout_s=0.05)
+    assert time.monotonic() - started < 5
+    assert sorted(entry for entry in log if entry.startswith("stop")) == ["stop a", "stop b"]
+
+
+def test_available_now_ignores_the_timeout() -> None:
+    log: list[str] = []
+    run_streams([fake_spec("a", [[False, False, True]], log)], "available_now", "1 second", timeout_s=0)
+    assert "stop a" not in log  # drained: it ended by itself
+
+
+def test_keyboard_interrupt_stops_every_query_and_propagates() -> None:
+    log: list[str] = []
+    specs = [fake_spec("a", [[False] * 100], log), fake_spec("b", [[False, KeyboardInterrupt()]], log)]
+    with pytest.raises(KeyboardInterrupt):
+        run_streams(specs, "processing_time", "1 second")
+    assert "stop a" in log
