@@ -19,6 +19,8 @@ from lakehouse.paths import REPO_ROOT, lake_root
 from cdc_enrich.render import render_rows, show_query  # noqa: F401 (part of the CLI's API)
 
 DEFAULT_PIPELINE = REPO_ROOT / "schemas" / "shop" / "pipeline.yml"
+#: The checkout's packages that the wheel leaves out; `stack`, `simulate`, `bench` and `demo` use them.
+DEV_PACKAGES = ("devstack", "testkit")
 
 
 def _say(message: str) -> None:
@@ -385,6 +387,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CdcEnrichError as exc:
         print(f"cdc-enrich {args.command}: error: {exc}", file=sys.stderr)
         return exit_code(exc)
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] not in DEV_PACKAGES:
+            raise
+        print(f"cdc-enrich {args.command}: error: this command needs the local stack and test kit of a checkout "
+              f"({exc.name} is not in the installed wheel): run it from a clone after `make setup`", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
 

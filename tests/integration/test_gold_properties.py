@@ -31,12 +31,13 @@ from typing import Any
 
 import pytest
 
-from lakehouse.declaration import Pipeline, parse_pipeline
+from lakehouse.declaration import Pipeline
 from lakehouse.gold import run_gold, view_plan
 from lakehouse.tables import gold_table
 from lakehouse.verify.oracle import oracle_view, silver_live_state
 from lakehouse.verify.views import diff_frames, stale_lineage
 from testkit.reference_silver import Change, apply_silver_changes, create_silver_current
+from tests.shop_views import all_views_pipeline
 
 SEEDS = int(os.environ.get("CDC_ENRICH_GOLD_SEEDS", "20"))
 ROUNDS = int(os.environ.get("CDC_ENRICH_GOLD_ROUNDS", "3"))
@@ -46,29 +47,6 @@ TABLES = ("customers", "products", "orders", "order_items")
 LEFT = ("orders", "order_items")
 RIGHT = ("customers", "products")
 PATTERNS = ("left_first", "right_first", "interleaved", "held_back", "random")
-
-# More views on the shop tables: other join types, and a primary-key outer join.
-VARIANT_VIEWS = """
-  orders_inner:
-    base: orders
-    joins: [{alias: customer, via: orders.customer, type: inner}]
-    columns: {order_id: orders.id, status: orders.status, customer_id: orders.customer_id, customer_name: customer.name}
-  items_left_chain:
-    base: order_items
-    joins:
-      - {alias: ord, via: order_items.order, type: left}
-      - {alias: customer, via: ord.customer, type: inner}
-      - {alias: product, via: order_items.product, type: inner}
-    columns: {order_id: order_items.order_id, line_no: order_items.line_no, quantity: order_items.quantity,
-              order_status: ord.status, customer_name: customer.name, product_sku: product.sku}
-  orders_twin_outer:
-    base: orders
-    joins:
-      - {alias: twin, table: customers, "on": primary_key, type: outer}
-      - {alias: customer, via: orders.customer, type: left}
-    columns: {order_id: orders.id, status: orders.status, twin_name: twin.name, customer_name: customer.name}
-"""
-
 
 # --------------------------------------------------------------------------- histories
 
@@ -196,11 +174,6 @@ def fresh(pipeline: Pipeline, label: str) -> Pipeline:
     token = f"{label}_{uuid.uuid4().hex[:6]}"
     tables = dataclasses.replace(pipeline.tables, silver_schema=f"p_{token}_silver", gold_schema=f"p_{token}_gold")
     return dataclasses.replace(pipeline, name=f"p_{token}", tables=tables)
-
-
-def all_views_pipeline(shop_pipeline_path: Path) -> Pipeline:
-    """The shop pipeline with VARIANT_VIEWS added to its views."""
-    return parse_pipeline(shop_pipeline_path.read_text().rstrip() + "\n" + VARIANT_VIEWS, filename="all_views.yml")
 
 
 def seeds_of(view_keys: list[str]) -> list[int]:

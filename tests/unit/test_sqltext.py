@@ -10,38 +10,16 @@ import sys
 
 import pytest
 
-from lakehouse.declaration import Pipeline, load_pipeline, parse_pipeline
+from lakehouse.declaration import Pipeline, load_pipeline
 from lakehouse.errors import UnknownNameError
 from lakehouse.gold import view_plan
 from lakehouse.sqltext import POSTGRES, SPARK, quote, quote_qualified, render_view
 from lakehouse.verify.oracle import oracle_sql
 from lakehouse.verify.postgres import postgres_view_sql, view_key_columns
 from tests.conftest import REPO
+from tests.shop_views import all_views_pipeline
 
 SHOP = REPO / "schemas" / "shop" / "pipeline.yml"
-
-# A copy of tests/integration/test_gold_properties.py's VARIANT_VIEWS: other join types and a
-# primary-key outer join, on the shop tables.
-VARIANT_VIEWS = """
-  orders_inner:
-    base: orders
-    joins: [{alias: customer, via: orders.customer, type: inner}]
-    columns: {order_id: orders.id, status: orders.status, customer_id: orders.customer_id, customer_name: customer.name}
-  items_left_chain:
-    base: order_items
-    joins:
-      - {alias: ord, via: order_items.order, type: left}
-      - {alias: customer, via: ord.customer, type: inner}
-      - {alias: product, via: order_items.product, type: inner}
-    columns: {order_id: order_items.order_id, line_no: order_items.line_no, quantity: order_items.quantity,
-              order_status: ord.status, customer_name: customer.name, product_sku: product.sku}
-  orders_twin_outer:
-    base: orders
-    joins:
-      - {alias: twin, table: customers, "on": primary_key, type: outer}
-      - {alias: customer, via: orders.customer, type: left}
-    columns: {order_id: orders.id, status: orders.status, twin_name: twin.name, customer_name: customer.name}
-"""
 
 SPARK_ITEMS = """SELECT
   `order_items`.`order_id` AS `order_id`,
@@ -79,7 +57,7 @@ def shop() -> Pipeline:
 @pytest.fixture(scope="module")
 def all_views() -> Pipeline:
     """The shop pipeline with VARIANT_VIEWS added."""
-    return parse_pipeline(SHOP.read_text().rstrip() + "\n" + VARIANT_VIEWS, filename="all_views.yml")
+    return all_views_pipeline(SHOP)
 
 
 def _state(pipeline: Pipeline) -> dict[str, str]:

@@ -1,0 +1,33 @@
+"""Test data shared by tiers: more views on the shop tables (other join types, a primary-key outer join)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lakehouse.declaration import Pipeline, parse_pipeline
+
+VARIANT_VIEWS = """
+  orders_inner:
+    base: orders
+    joins: [{alias: customer, via: orders.customer, type: inner}]
+    columns: {order_id: orders.id, status: orders.status, customer_id: orders.customer_id, customer_name: customer.name}
+  items_left_chain:
+    base: order_items
+    joins:
+      - {alias: ord, via: order_items.order, type: left}
+      - {alias: customer, via: ord.customer, type: inner}
+      - {alias: product, via: order_items.product, type: inner}
+    columns: {order_id: order_items.order_id, line_no: order_items.line_no, quantity: order_items.quantity,
+              order_status: ord.status, customer_name: customer.name, product_sku: product.sku}
+  orders_twin_outer:
+    base: orders
+    joins:
+      - {alias: twin, table: customers, "on": primary_key, type: outer}
+      - {alias: customer, via: orders.customer, type: left}
+    columns: {order_id: orders.id, status: orders.status, twin_name: twin.name, customer_name: customer.name}
+"""
+
+
+def all_views_pipeline(shop_pipeline_path: Path) -> Pipeline:
+    """The shop pipeline with VARIANT_VIEWS added to its views."""
+    return parse_pipeline(shop_pipeline_path.read_text().rstrip() + "\n" + VARIANT_VIEWS, filename="all_views.yml")
