@@ -18,7 +18,7 @@ demo: setup
 # The whole default suite (every tier; the long randomized runs are `make test-slow`), with the
 # slowest tests listed so that CI shows where the time goes.
 test: setup
-	@$(PY) -m pytest -q --durations=15 tests
+	@$(PY) -m pytest -q --durations=25 tests
 
 test-unit: setup
 	@$(PY) -m pytest -q tests/unit

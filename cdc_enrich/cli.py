@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from lakehouse.entry import STAGES, exit_code
+from lakehouse.entry import STAGES, TRIGGERS, exit_code
 from lakehouse.errors import CdcEnrichError
 from lakehouse.paths import REPO_ROOT, lake_root
 from cdc_enrich.render import render_rows, show_query  # noqa: F401 (part of the CLI's API)
@@ -31,9 +31,9 @@ def _say(message: str) -> None:
 
 
 def _pipeline(args: argparse.Namespace):
-    from lakehouse.declaration import load_pipeline
+    from lakehouse.entry import load
 
-    return load_pipeline(args.pipeline)
+    return load(args.pipeline)
 
 
 def _spark(args: argparse.Namespace):
@@ -335,7 +335,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("run", parents=[common, with_pipeline, kafka], help="run pipeline stages", description=cmd_run.__doc__)
     p.add_argument("--stage", choices=("all",) + STAGES, default="all")
-    p.add_argument("--trigger", choices=("available_now", "processing_time"), help="default: the pipeline's options.trigger")
+    p.add_argument("--trigger", choices=TRIGGERS, help="default: the pipeline's options.trigger")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("verify", parents=[common, with_pipeline], help="compare gold with the oracle join", description=cmd_verify.__doc__)

@@ -13,7 +13,7 @@ import argparse
 import logging
 import sys
 
-from lakehouse.entry import BOOTSTRAP_ENV, load, resolve_bootstrap, resolve_trigger, run_main
+from lakehouse.entry import BOOTSTRAP_ENV, TRIGGERS, load, resolve_bootstrap, resolve_trigger, run_main
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -23,7 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--lake", default=None, help="local lake root (tables, checkpoints); default .lake or $CDC_ENRICH_LAKE")
     parser.add_argument("--bootstrap", default=None,
                         help=f"Kafka bootstrap servers; default: ${BOOTSTRAP_ENV}, then the pipeline's, then the local stack's broker")
-    parser.add_argument("--trigger", choices=("available_now", "processing_time"), default=None,
+    parser.add_argument("--trigger", choices=TRIGGERS, default=None,
                         help="available_now: drain what is there and stop; processing_time: run continuously (default: the pipeline's)")
     parser.add_argument("--max-offsets", type=int, default=None, help="records per micro-batch (default: the pipeline's)")
     parser.add_argument("--parser", choices=("hybrid", "python"), default="hybrid", help="decoding path (python: every record through Python)")

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Sequence
 
-from lakehouse.entry import load, resolve_trigger, run_main
+from lakehouse.entry import TRIGGERS, load, resolve_trigger, run_main
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -15,7 +15,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--pipeline", required=True, help="pipeline declaration (YAML)")
     parser.add_argument("--lake", default=None, help="local lake root (ignored where a session exists)")
     parser.add_argument("--view", action="append", default=None, help="only this view (repeatable)")
-    parser.add_argument("--trigger", choices=("available_now", "processing_time"), default=None)
+    parser.add_argument("--trigger", choices=TRIGGERS, default=None)
     return parser
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import logging
 
-from lakehouse.entry import load, resolve_trigger, run_main
+from lakehouse.entry import TRIGGERS, load, resolve_trigger, run_main
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -22,7 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--lake", default=None, help="local lake root (tables, checkpoints); default .lake or $CDC_ENRICH_LAKE")
     parser.add_argument("--source", action="append", default=None,
                         help="a source to apply (repeatable, or comma-separated); default: every declared source")
-    parser.add_argument("--trigger", choices=("available_now", "processing_time"), default=None,
+    parser.add_argument("--trigger", choices=TRIGGERS, default=None,
                         help="available_now: drain what is there and stop; processing_time: run continuously (default: the pipeline's)")
     return parser
 

@@ -17,7 +17,7 @@ from typing import Any, Callable
 from lakehouse.declaration import Pipeline, load_pipeline
 from lakehouse.errors import CdcEnrichError, PipelineConfigError
 from lakehouse.paths import local_broker_state
-from lakehouse.streaming import check_trigger
+from lakehouse.streaming import TRIGGERS, check_trigger  # noqa: F401 (TRIGGERS: the entry points' --trigger choices)
 
 BOOTSTRAP_ENV = "CDC_ENRICH_KAFKA_BOOTSTRAP"
 LOCAL_BROKER_HOST = "127.0.0.1"

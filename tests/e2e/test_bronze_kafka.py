@@ -264,7 +264,7 @@ def _plain(value: Any) -> Any:
 
 @pytest.mark.kafka
 def test_simulated_workload_end_to_end(spark: SparkSession, shop_pipeline: Pipeline, kafka_bootstrap: str, lake: Path) -> None:
-    simulator = pytest.importorskip("testkit.simulator", reason="testkit/simulator.py is not there yet")
+    simulator = pytest.importorskip("testkit.simulator", reason="testkit/simulator is not there yet")
     pipeline = isolated_pipeline(shop_pipeline, "sim" + _tag())
     sim = simulator.simulate(pipeline, seed=4, events=300, schemas_enabled=True)
     produced = simulator.produce(sim.records, kafka_bootstrap)
