@@ -39,3 +39,7 @@ class StreamError(CdcEnrichError):
 
 class TableLayoutError(CdcEnrichError):
     """A table exists with another layout than the pipeline now declares; the message says how to rebuild it."""
+
+
+class OrderingError(CdcEnrichError, ValueError):
+    """A change's source position cannot become a sequence (decoding quarantines the record with this reason)."""

@@ -29,7 +29,7 @@ from decimal import Decimal
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from lakehouse.errors import CdcEnrichError
+from lakehouse.errors import CdcEnrichError, OrderingError
 
 if TYPE_CHECKING:
     from pyspark.sql import Column as SqlColumn
@@ -56,7 +56,7 @@ def postgres_sequence(lsn: int, op: str) -> Decimal:
 def mysql_sequence(binlog_file: str, pos: int, row: int) -> Decimal:
     match = _BINLOG_NUMBER.search(binlog_file or "")
     if not match:
-        raise ValueError(f"binlog file name {binlog_file!r} does not end in a number")
+        raise OrderingError(f"binlog file name {binlog_file!r} does not end in a number")
     return _checked(int(match.group(1)) * 10**20 + pos * 10**6 + row)
 
 
@@ -66,7 +66,7 @@ def ts_ms_sequence(ts_ms: int, partition: int, offset: int) -> Decimal:
 
 def _checked(value: int) -> Decimal:
     if value < 0 or value > MAX_SEQUENCE:
-        raise ValueError(f"sequence {value} does not fit decimal(38,0)")
+        raise OrderingError(f"sequence {value} does not fit decimal(38,0)")
     return Decimal(value)
 
 
