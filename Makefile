@@ -15,10 +15,11 @@ setup:
 demo: setup
 	@$(CLI) demo $(if $(POSTGRES),--with-postgres)
 
-# The whole default suite (every tier; the long randomized runs are `make test-slow`), with the
+# The whole default suite (every tier; the long randomized runs are `make test-slow`) on two
+# pytest workers (a Spark job on tiny data is mostly single-threaded driver work), with the
 # slowest tests listed so that CI shows where the time goes.
 test: setup
-	@$(PY) -m pytest -q --durations=25 tests
+	@$(PY) -m pytest -q -n 2 --durations=25 tests
 
 test-unit: setup
 	@$(PY) -m pytest -q tests/unit

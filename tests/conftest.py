@@ -65,3 +65,9 @@ def kafka_bootstrap(lake: Path) -> str:
     status = broker_up(lake, port=free_pair())
     yield status.bootstrap
     broker_down(lake)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked `long` first (stable otherwise): two workers then finish together instead of
+    one running a long test alone at the end."""
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)

@@ -108,6 +108,7 @@ def _table_rows(spark: SparkSession, name: str, columns: list[str]) -> list[tupl
     return [tuple(r) for r in spark.table(name).select(*columns).collect()]
 
 
+@pytest.mark.long
 @pytest.mark.kafka
 def test_fuzzed_traffic_through_kafka_bronze_plus_quarantine_is_everything(spark: SparkSession, shop_pipeline: Pipeline, kafka_bootstrap: str, lake: Path) -> None:
     pipeline = isolated_pipeline(shop_pipeline, "fuzz" + _tag())
@@ -181,6 +182,7 @@ def _job(pipeline_file: Path, lake: Path, bootstrap: str, max_offsets: int, log:
     )
 
 
+@pytest.mark.long
 @pytest.mark.kafka
 def test_kill_dash_9_mid_stream_then_restart_is_complete_and_unique(spark: SparkSession, shop_pipeline: Pipeline, kafka_bootstrap: str, tmp_path: Path) -> None:
     tag = "crash" + _tag()

@@ -335,6 +335,7 @@ def _stage_missing() -> str | None:
 @pytest.mark.parametrize(
     "transactions", [TRANSACTIONS, pytest.param(SLOW_TRANSACTIONS, marks=pytest.mark.slow)], ids=lambda n: f"{n}tx"
 )
+@pytest.mark.long
 def test_gold_equals_postgres_with_a_real_connector_restarted_mid_run(
     spark: Any, lake: Path, pg_lake: Path, kafka_bootstrap: str, shop_pipeline_path: Path, transactions: int
 ) -> None:

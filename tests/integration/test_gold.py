@@ -240,6 +240,7 @@ def test_gold_change_feed_carries_only_real_changes(spark, lake: Path, shop_pipe
     assert_gold_equals_oracle(spark, pipeline, ["orders_enriched"])
 
 
+@pytest.mark.long
 def test_deleting_parents_and_children_inner_and_left(spark, lake: Path, shop_pipeline: Pipeline):
     """A deleted right row nulls left-join columns and removes inner-join rows; a deleted left row
     removes its row; a re-created parent is found again by its subscribed children."""
@@ -347,6 +348,7 @@ def test_gold_refresh_job_runs_one_view(spark, lake: Path, shop_pipeline_path: P
     assert main(["--pipeline", str(path), "--lake", str(lake), "--view", "nope"]) == 2
 
 
+@pytest.mark.long
 def test_end_to_end_through_the_silver_stage(spark, lake: Path, shop_pipeline: Pipeline):
     """Bronze rows -> the real silver stage (run_silver) -> gold -> verify: the tables' contract holds."""
     from delta.tables import DeltaTable
@@ -393,6 +395,7 @@ def test_end_to_end_through_the_silver_stage(spark, lake: Path, shop_pipeline: P
     assert items == [(10, "Ann", "lamp")]
 
 
+@pytest.mark.long
 def test_bench_gold_smoke(spark, lake: Path, shop_pipeline: Pipeline):
     """The gold benchmark runs end to end on a small view: figures present, gold equal to the recompute."""
     from testkit.bench.gold import bench_gold

@@ -247,6 +247,7 @@ def assert_only_real_changes(spark, pipeline: Pipeline, view: str) -> None:
         assert not ({"insert", "delete"} <= set(kinds)), f"{view}: delete and insert of one key in one commit: {key}"
 
 
+@pytest.mark.long
 def test_gold_converges_for_random_histories_and_arrival_orders(spark, lake: Path, shop_pipeline_path: Path):
     """SEEDS seeds, five views, ROUNDS delivery rounds; gold checked against the oracle after each."""
     pipeline = fresh(all_views_pipeline(shop_pipeline_path), "all")

@@ -106,6 +106,7 @@ def emitted(spark, table: str, after: int) -> list[tuple[str, tuple | None]]:
     return [(r["k"], None if r["_change_type"] == "delete" else (r["k"], r["fk"], r["value"])) for r in rows]
 
 
+@pytest.mark.long
 def test_seed_000_instruction_table_inner_and_left(spark, lake: Path, kip213: Pipeline):
     """Walk the table: after each event, gold emits exactly the seed's output and equals the SQL join."""
     seen = {view: latest_version(spark, gold_table(kip213, view)) if spark.catalog.tableExists(gold_table(kip213, view)) else -1

@@ -265,6 +265,7 @@ def assert_silver_matches_reference(spark: Any, pipeline: Any, source: Any, scen
 # --------------------------------------------------------------------------- the properties
 
 
+@pytest.mark.long
 @settings(settings.get_profile("silver"))
 @given(scenario=scenarios())
 def test_any_arrival_order_converges_to_the_reference(spark, shop_pipeline, scenario: Scenario) -> None:
