@@ -25,7 +25,8 @@ def _banner(title: str) -> None:
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    from testkit import simulator, stack
+    from devstack import broker as stack
+    from testkit import simulator
     from cdc_enrich.render import render_rows, show_query
     from lakehouse.declaration import load_pipeline
     from lakehouse.spark import build_local_spark, ensure_schemas

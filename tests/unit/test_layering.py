@@ -99,3 +99,26 @@ def test_no_import_cycles_between_modules_at_import_time() -> None:
         if module not in state:
             visit(module, [module])
     assert not cycles, "\n".join(cycles)
+
+
+def test_every_project_import_resolves_also_inside_functions() -> None:
+    """`from pkg import name` anywhere (a function-level import runs only when its command does)
+    names a module or an attribute that exists: a moved module cannot hide in a rarely run path."""
+    import importlib
+
+    broken = []
+    for package in PACKAGES:
+        for path in modules(package):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if not (isinstance(node, ast.ImportFrom) and node.module and node.level == 0):
+                    continue
+                if node.module.split(".")[0] not in PACKAGES:
+                    continue
+                module = importlib.import_module(node.module)
+                for alias in node.names:
+                    if not hasattr(module, alias.name):
+                        try:
+                            importlib.import_module(f"{node.module}.{alias.name}")
+                        except ModuleNotFoundError:
+                            broken.append(f"{path.relative_to(REPO)}:{node.lineno}: {node.module} has no {alias.name}")
+    assert not broken, "\n".join(broken)
