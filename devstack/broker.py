@@ -26,12 +26,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from devstack import procs
+from lakehouse.entry import LOCAL_BROKER_DEFAULT_PORT as DEFAULT_PORT
+from lakehouse.entry import LOCAL_BROKER_HOST as HOST
+from lakehouse.entry import LOCAL_BROKER_PORT_ENV as PORT_ENV
 from lakehouse.errors import StackError
 from lakehouse.paths import jar_cache, jars, local_broker_state
 
-DEFAULT_PORT = 19092
-PORT_ENV = "CDC_ENRICH_KAFKA_PORT"
-HOST = "127.0.0.1"
 HEAP = "-Xmx512m"  # the machine also runs Spark; a demo broker needs little
 LOG_TAIL_LINES = 30
 MAIN_CLASS = "kafka.Kafka"
