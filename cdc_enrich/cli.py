@@ -110,7 +110,7 @@ def _postgres_up(args: argparse.Namespace, lake: Path, bootstrap: str) -> None:
     pg_workload.create_schema(dsn, pipeline)
     status = connect.connect_up(lake, pipeline, bootstrap, dsn)
     _say(f"connect: {status.describe()}")
-    connect.wait_until_streaming(dsn, pipeline)
+    connect.wait_until_streaming(dsn, pipeline, lake)
     _say("connect: Debezium snapshot done, streaming")
 
 

@@ -149,7 +149,7 @@ def _postgres_workload(args: argparse.Namespace, pipeline: Any, lake: Path, boot
     print(pg_workload.seed_database(dsn, pipeline, args.seed).render())
     rest_port = free_port()
     print(f"connect: {connect.connect_up(lake, pipeline, bootstrap, dsn, rest_port=rest_port).describe()}")
-    connect.wait_until_streaming(dsn, pipeline)
+    connect.wait_until_streaming(dsn, pipeline, lake)
     print("connect: snapshot done, streaming")
     half = args.events // 2
     print(pg_workload.run_workload(dsn, pipeline, half, seed=args.seed + 1).render())

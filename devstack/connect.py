@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -514,12 +515,53 @@ def connect_down(lake: Path, timeout_s: float = 30, kill: bool = False) -> bool:
         return pid is not None
 
 
-def wait_until_streaming(pg_dsn: str, pipeline: Pipeline, timeout_s: float = 300) -> str:
-    """Until the connector has finished its snapshot and confirmed the database's current LSN
-    (`wait_for_lsn` on pg_current_wal_lsn() read once the slot exists). Use it before writing to
-    the database when a crash during the initial snapshot must be ruled out: a connector killed
-    mid-snapshot takes a new snapshot on restart, and rows deleted in between are never deleted
-    downstream (no delete event exists for them)."""
+def stored_offset(lake: Path) -> dict[str, Any] | None:
+    """The source offset Kafka Connect last flushed to offsets.dat (None: none yet).
+
+    The standalone worker's file is a Java-serialized map of JSON key -> JSON value byte
+    arrays; this connector has one partition, so one `{...}` value follows its `{"server":..}`
+    key. Enough to tell a snapshot offset (`"snapshot"` true, not `last_snapshot_record`) from a
+    streaming one; never used for anything but waiting and diagnostics.
+    """
+    path = offsets_file(lake)
+    if not path.is_file():
+        return None
+    documents = re.findall(rb"\{[^{}]*\}", path.read_bytes())
+    values = [d for d in documents if not d.startswith(b'{"server"')]
+    if not values:
+        return None
+    try:
+        return json.loads(values[-1])
+    except ValueError:
+        return None
+
+
+def snapshot_pending(offset: dict[str, Any] | None) -> bool:
+    """True when a restart from `offset` would take a new snapshot (Debezium's rule: no offset, or
+    one written while the snapshot ran and before its last record)."""
+    if offset is None:
+        return True
+    finished = offset.get("last_snapshot_record") or offset.get("snapshot_completed")
+    return bool(offset.get("snapshot")) and not finished
+
+
+def snapshots_taken(lake: Path) -> int:
+    """How many data snapshots the connector started in this lake (from connect.log, across starts)."""
+    log = _log_file(lake)
+    if not log.is_file():
+        return 0
+    return log.read_text(errors="replace").count("data will be snapshotted")
+
+
+def wait_until_streaming(pg_dsn: str, pipeline: Pipeline, lake: Path, timeout_s: float = 300) -> str:
+    """Until the connector has finished its snapshot, confirmed the database's current LSN
+    (`wait_for_lsn` on pg_current_wal_lsn() read once the slot exists) and flushed a
+    post-snapshot offset to offsets.dat. Use it before writing to the database when a crash
+    during the initial snapshot must be ruled out: a connector restarted from a snapshot
+    offset takes a new snapshot, and rows deleted in between are never deleted downstream (no
+    delete event exists for them). The slot alone is not enough: Debezium confirms to the slot
+    the records acknowledged by the broker, which can be ahead of the offsets Connect last
+    wrote to its file."""
     import psycopg
 
     deadline = time.monotonic() + timeout_s
@@ -530,9 +572,14 @@ def wait_until_streaming(pg_dsn: str, pipeline: Pipeline, timeout_s: float = 300
     with psycopg.connect(pg_dsn, autocommit=True, connect_timeout=10) as conn:
         target = int(conn.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint").fetchone()[0])
     try:
-        return wait_for_lsn(pg_dsn, pipeline, target, max(1.0, deadline - time.monotonic()))
+        confirmed = wait_for_lsn(pg_dsn, pipeline, target, max(1.0, deadline - time.monotonic()))
     except VerificationError as exc:
         raise StackError(str(exc)) from None
+    while snapshot_pending(stored_offset(lake)):
+        if time.monotonic() > deadline:
+            raise _error(lake, f"Kafka Connect flushed no post-snapshot offset to {offsets_file(lake)} within {timeout_s:g}s")
+        time.sleep(0.2)
+    return confirmed
 
 
 def drop_replication(pg_dsn: str, pipeline: Pipeline) -> None:

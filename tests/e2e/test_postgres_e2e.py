@@ -281,7 +281,7 @@ def test_real_debezium_records_have_the_simulators_shapes(pg_lake: Path, kafka_b
     try:
         first = connect_up(connect_lake, pipeline, kafka_bootstrap, pg, rest_port=free_port())
         assert connect_up(connect_lake, pipeline, kafka_bootstrap, pg).pid == first.pid  # idempotent
-        wait_until_streaming(pg, pipeline)
+        wait_until_streaming(pg, pipeline, connect_lake)
         with psycopg.connect(pg, autocommit=True) as conn:
             _scripted_changes(conn)
         real = _consume(kafka_bootstrap, list(pipeline.topics))
@@ -351,6 +351,7 @@ def test_gold_equals_postgres_with_a_real_connector_restarted_mid_run(
         connect_down,
         connect_status,
         connect_up,
+        snapshots_taken,
         wait_until_streaming,
     )
     from devstack.postgres import dsn, postgres_up
@@ -370,7 +371,7 @@ def test_gold_equals_postgres_with_a_real_connector_restarted_mid_run(
     try:
         t = time.monotonic()
         connect_up(lake, pipeline, kafka_bootstrap, pg, rest_port=rest_port)
-        wait_until_streaming(pg, pipeline)  # the kill below must hit streaming, not the initial snapshot
+        wait_until_streaming(pg, pipeline, lake)  # the kill below must hit streaming, not the initial snapshot
         timings["connector start + snapshot"] = time.monotonic() - t
 
         # first part: the connector is SIGKILLed while the workload runs, then restarted
@@ -416,6 +417,7 @@ def test_gold_equals_postgres_with_a_real_connector_restarted_mid_run(
         report = verify_against_postgres(spark, pipeline, pg, lake, timeout_s=1200, bootstrap=kafka_bootstrap)
         timings["drain + verify"] = time.monotonic() - t
         status = connect_status(lake)
+        snapshots = snapshots_taken(lake)
     finally:
         connect_down(lake)
     timings["total"] = time.monotonic() - started
@@ -427,11 +429,12 @@ def test_gold_equals_postgres_with_a_real_connector_restarted_mid_run(
     summary = (
         f"{seed.render()}\n{box['stats'].render()}\n{second.render()}\n{report.render()}\n"
         f"connector killed mid-run: {killed_mid_run}; TOAST placeholders in bronze: {placeholders}; "
-        f"connector at the end: {status.describe()}\n"
+        f"snapshots taken: {snapshots} (a second one means the restart re-snapshotted); connector at the end: {status.describe()}\n"
         + "timings: " + ", ".join(f"{k} {v:.1f}s" for k, v in timings.items())
     )
     print(summary)
     assert status.task_state == "RUNNING", summary
     assert killed_mid_run, "the workload finished before the connector could be killed in its middle\n" + summary
     assert placeholders > 0, "no TOAST placeholder reached bronze: the TOAST path was not exercised\n" + summary
+    assert snapshots == 1, "the restarted connector took a new snapshot: the kill hit before a streaming offset was flushed\n" + summary
     assert report.ok, summary
