@@ -82,6 +82,9 @@ class OrderingRule:
     python: PythonValue  # the specification; raises ValueError when the fields give no valid sequence
     sql: SqlValue  # the SQL twin, exact where its second column is true
     jvm: str  # what DebeziumDecoder.sequence computes, and when it defers to Python
+    # Every record of one snapshot gets one sequence (so bronze can tell a snapshot's rows apart,
+    # and silver reconciles a completed snapshot: lakehouse.silver.snapshots).
+    snapshot_shares_sequence: bool = False
 
 
 def _postgres_python(fields: Mapping[str, Any], op: str, partition: int, offset: int) -> Decimal:
@@ -151,6 +154,7 @@ RULES: Mapping[str, OrderingRule] = MappingProxyType({
         OrderingRule(
             "postgres", ("lsn",), _postgres_python, _postgres_sql,
             jvm="lsn * 10 + (0 for op 'd', else 1) when lsn >= 0; otherwise not fast",
+            snapshot_shares_sequence=True,  # Debezium stamps every snapshot record with its xlogStart
         ),
         OrderingRule(
             "mysql", ("file", "pos", "row"), _mysql_python, _mysql_sql,

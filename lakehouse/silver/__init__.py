@@ -1,6 +1,6 @@
 """Silver: versioned current + history tables per source, from bronze by foreachBatch MERGE.
 
-Pure planning (`plan`) apart from tables (`layout`), side effects (`apply`), streams (`runner`) and reads (`reads`).
+Pure planning (`plan`, `snapshots`) apart from tables (`layout`), side effects (`apply`), streams (`runner`) and reads (`reads`).
 
 Versioned silver tables: current state per key plus full per-key history (seed 001, KIP-914).
 
@@ -50,6 +50,11 @@ Semantics downstream readers rely on:
   at that point. Truncates are recorded in `silver._truncates`; a key's timeline always
   includes them, so a change older than a truncate arriving later goes to history (followed by
   the truncate's delete version) and never resurrects the key in current.
+- **A new snapshot deletes what it no longer holds** (`snapshots`): a connector restarted
+  without a streaming offset re-snapshots, and rows deleted while it was down have no delete
+  event. When a batch holds a table's snapshot end record, every key alive just before the
+  snapshot and absent from it gets a delete at the snapshot's position, an ordinary change from
+  then on (a replayed old snapshot deletes nothing). PostgreSQL's ordering rule only.
 - **No-op rewrites never reach the change feed**: the MERGE into current updates only when the
   incoming sequence is greater, or equal with a different row hash, and never a marker by a
   marker; out-of-order and duplicate changes produce no CDF rows.
@@ -61,7 +66,9 @@ Semantics downstream readers rely on:
   A primary-key change's create (Debezium sends the placeholder there too, with the old key in
   the `__debezium.oldkey` header, bronze `_old_key`) takes the value from the old key's last
   live version instead (`inherit_moved_values`); once taken it is stored as a plain value, so
-  a predecessor of the *old* key arriving after the move is not carried over again.
+  a predecessor of the *old* key arriving after the move is not carried over again. A create
+  whose key's previous version is live (a snapshot that read past its LSN already holds the
+  moved row) resolves from that version instead.
 - **Late changes**: a change older than its key's current version by more than
   `options.late_grace_days` (source time) is applied as usual (history only) and recorded in
   `silver._late_changes` with reason `late`; one older than the history compaction horizon

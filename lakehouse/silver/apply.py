@@ -39,9 +39,18 @@ from lakehouse.silver.plan import (
     plan_history,
     replaces_current,
 )
-from lakehouse.spark import write_time
+from lakehouse.silver.snapshots import (
+    SnapshotEnd,
+    reconciles_snapshots,
+    reconciliation_deletes,
+    snapshot_ends,
+    snapshot_keys,
+    versions,
+)
+from lakehouse.spark import table_exists, write_time
 from lakehouse.tables import (
     SEQUENCE_TYPE,
+    bronze_table,
     delta_txn,
     late_changes_table,
     silver_current_schema,
@@ -71,6 +80,7 @@ class SilverStats:
     out_of_order: int = 0
     duplicates: int = 0
     late: int = 0
+    snapshot_deletes: int = 0  # keys a completed snapshot no longer held (lakehouse.silver.snapshots)
 
     def add(self, other: "SilverStats") -> None:
         for f in fields(self):
@@ -171,6 +181,7 @@ def apply_batch(
     n_changes = summary["distinct_changes"]
     stats.duplicates = (stats.changes_read - stats.tombstones - stats.truncates - stats.skipped) - n_changes
     batch_truncates: list[Truncate] = sorted({(t["_sequence"], t["_source_ts"]) for t in summary["truncate_events"]})
+    ends = snapshot_ends(summary["snapshot_ends"]) if reconciles_snapshots(source) else []
     if n_changes == 0 and not batch_truncates:
         return stats
 
@@ -190,6 +201,11 @@ def apply_batch(
     moves = summary["moves_with_placeholders"] > 0
     changes = dedupe_changes(changes_from_bronze(batch_df, source), source)
     changes = (changes if moves else changes.drop("_old_key")).localCheckpoint(eager=True)
+    if ends:
+        deletes = _reconcile_snapshots(batch_df, pipeline, source, changes, ends)
+        stats.snapshot_deletes = deletes.count()
+        if stats.snapshot_deletes:
+            changes = changes.unionByName(deletes, allowMissingColumns=True).localCheckpoint(eager=True)
     history = spark.table(history_name)
     touched = changes.select(*keys)
     if moves:
@@ -208,12 +224,12 @@ def apply_batch(
                 & (F.col("_valid_to_sequence").isNull() | (F.col("_valid_to_sequence") > seq))
             )
             touched = touched.unionByName(history.filter(alive).select(*keys))
-    elif moves:
+    elif moves or stats.snapshot_deletes:
         bounds = {}
     else:
         bounds = {k: (summary[f"lo_{k}"], summary[f"hi_{k}"]) for k in _bounded_keys(source)}
     touched = touched.distinct()
-    if not batch_truncates and n_changes <= BROADCAST_KEYS_LIMIT:
+    if not batch_truncates and n_changes + stats.snapshot_deletes <= BROADCAST_KEYS_LIMIT:
         touched = F.broadcast(touched)
     in_range = key_bounds_condition(None, bounds)
     existing = history.filter(in_range).join(touched, keys, "left_semi")
@@ -284,6 +300,27 @@ class _Clock:
 
     def done(self) -> None:
         log.debug("%s: %s; total %.2fs", self.label, ", ".join(self.laps), time.perf_counter() - self.start)
+
+
+def _reconcile_snapshots(
+    batch_df: DataFrame, pipeline: Pipeline, source: Source, changes: DataFrame, ends: Sequence[SnapshotEnd]
+) -> DataFrame:
+    """The deletes the batch's completed snapshots imply, oldest snapshot first (each sees the
+    deletes of the ones before it): `lakehouse.silver.snapshots`. A snapshot spans batches, so
+    its records are read from the bronze table, and from the batch itself (the same rows in a
+    stream; a direct call may hand rows that are in no table)."""
+    spark = batch_df.sparkSession
+    name = bronze_table(pipeline, source)
+    bronze = spark.table(name).unionByName(batch_df, allowMissingColumns=True) if table_exists(spark, name) else batch_df
+    current = spark.table(silver_current_table(pipeline, source))
+    known = versions(current, source).unionByName(versions(changes, source))
+    deletes: DataFrame | None = None
+    for end in ends:
+        prior = known if deletes is None else known.unionByName(versions(deletes, source))
+        found = reconciliation_deletes(prior, snapshot_keys(bronze, end[0], source), end, source).localCheckpoint(eager=True)
+        deletes = found if deletes is None else deletes.unionByName(found)
+    assert deletes is not None
+    return deletes
 
 
 def _append(df: DataFrame, table: str, app_id: str, version: int) -> None:

@@ -19,6 +19,7 @@ from pyspark.sql.types import (
 )
 
 from lakehouse.declaration import Source
+from lakehouse.silver.snapshots import ends_snapshot
 from lakehouse.spark import write_time
 from lakehouse.tables import (
     SEQUENCE_TYPE,
@@ -127,8 +128,10 @@ def truncates_from_bronze(bronze: DataFrame) -> DataFrame:
 
 
 def batch_summary(bronze: DataFrame, source: Source) -> Column:
-    """One aggregation over a batch: counts, the truncate events, the number of distinct
-    (key, sequence) changes and the min/max of each boundable key column (for file skipping)."""
+    """One aggregation over a batch: counts, the truncate events, the snapshot ends
+    (`lakehouse.silver.snapshots`), the number of distinct (key, sequence) changes and the
+    min/max of each boundable key column (for file skipping)."""
+
     op = F.col("_op")
     key_cols = [F.coalesce(F.col(f"_key.{k}"), F.col(f"_after.{k}"), F.col(f"_before.{k}")) for k in source.primary_key]
     keyed = F.lit(True)
@@ -150,6 +153,7 @@ def batch_summary(bronze: DataFrame, source: Source) -> Column:
         F.count_distinct(F.when(usable_change, F.struct(*key_cols, F.col("_sequence")))).alias("distinct_changes"),
         F.count(F.when(moved, 1)).alias("moves_with_placeholders"),
         F.collect_list(F.when(usable_truncate, F.struct(F.col("_sequence"), ts.alias("_source_ts")))).alias("truncate_events"),
+        F.collect_set(F.when(ends_snapshot(usable_change), F.struct(F.col("_sequence"), ts.alias("_source_ts")))).alias("snapshot_ends"),
         *bounds,
     )
 
@@ -244,10 +248,20 @@ def inherit_moved_values(versions: DataFrame, source: Source) -> DataFrame:
     of key changes, with or without updates in between) waits: chains resolve pass by pass.
     A mover whose old key is not in `versions` (never seen) stays a plain placeholder.
     Deleted versions and the rest pass through unchanged.
+
+    A mover whose own key's previous version is live is no mover: a create cannot follow a
+    live version of its key in a consistent stream, so that version was read after the create
+    (a snapshot taken while changes commit reads past its LSN, and the changes after that LSN
+    are streamed again). It resolves from that version like an update, not from the old key,
+    whose last version silver holds may predate the move.
     """
     keys = _keys(source)
     values = list(source.value_columns)
     cols = versions.columns
+    previous_live = F.lag(~F.col("_deleted")).over(Window.partitionBy(*keys).orderBy("_sequence"))
+    versions = versions.withColumn(
+        "_old_key", F.when(F.coalesce(previous_live, F.lit(False)), F.lit(None)).otherwise(F.col("_old_key"))
+    )
     upto = Window.partitionBy(*keys).orderBy("_sequence").rowsBetween(Window.unboundedPreceding, Window.currentRow)
     for _ in range(64):  # each pass resolves at least one more link of every chain
         pending = F.col("_old_key").isNotNull() & (F.size("_unavailable") > 0)

@@ -51,6 +51,7 @@ class BronzeChange:
     unavailable: tuple[str, ...] = ()
     partition: int = 0
     old_key: dict[str, Any] | None = None
+    snapshot: str | None = None  # `source.snapshot` (default: "true" for op r, else "false")
 
 
 def bronze_rows(source: Source, changes: Iterable[BronzeChange], first_offset: int = 0) -> list[Row]:
@@ -83,7 +84,7 @@ def bronze_rows(source: Source, changes: Iterable[BronzeChange], first_offset: i
                 _source_ts_ms=ch.ts_ms,
                 _source_lsn=int(ch.sequence) // 10 if ch.sequence is not None else None,
                 _source_tx_id=None,
-                _source_snapshot="true" if ch.op == "r" else "false",
+                _source_snapshot=ch.snapshot or ("true" if ch.op == "r" else "false"),
                 _source_file=None,
                 _source_pos=None,
                 _source_row=None,

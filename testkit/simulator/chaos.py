@@ -26,6 +26,9 @@ class ChaosPlan:
     restarts: int = 0  # connector restarts: a range of records re-delivered (same key and value bytes)
     lags_s: tuple[float, ...] = ()  # one topic per entry produced this many seconds late
     snapshot_replays: int = 0  # topics whose old snapshot is re-sent mid-stream (-1: all)
+    # connector outages with lost offsets: the changes committed while it was down are never
+    # sent; it comes back with a new snapshot of every table (deleted rows: no event at all)
+    resnapshots: int = 0
 
 
 CHAOS_PLANS: dict[str, ChaosPlan] = {
@@ -36,7 +39,7 @@ CHAOS_PLANS: dict[str, ChaosPlan] = {
     ),
     "heavy": ChaosPlan(
         fk_move=0.12, null_fk=0.08, dangling_fk=0.03, recreate=0.04, pk_change=0.04, noop_update=0.03,
-        restarts=3, lags_s=(60.0, 20.0), snapshot_replays=-1,
+        restarts=3, lags_s=(60.0, 20.0), snapshot_replays=-1, resnapshots=1,
     ),
 }
 _CHAOS_OPS = ("fk_move", "recreate", "pk_change", "noop_update")

@@ -43,6 +43,7 @@ class _Driver:
         self._deadline = {k: self.rng.uniform(0.1, 0.5) for k in _CHAOS_OPS + ("null_fk", "dangling_fk")}
         self.progress = 0.0
         self.clock_us = _micros(START)
+        self._outage_rng = random.Random(f"{seed}:outages")  # its own stream: other chaos draws stay as they were
 
     # ---------------------------------------------------------------- snapshot
 
@@ -66,6 +67,8 @@ class _Driver:
     def stream(self, events: int) -> int:
         """Commit transactions until `events` change events were emitted; returns the count."""
         emitted = transactions = idle = 0
+        outages = self._outages(events)
+        lost_from: int | None = None  # first item of the running outage
         while emitted < events and idle < 200:  # idle: no operation possible (e.g. only children, no parents)
             self.progress = emitted / events
             self.clock_us += int(self.rng.expovariate(1 / 150_000)) + 1_000
@@ -76,7 +79,33 @@ class _Driver:
                 self.emitter.commit(tx)
                 emitted += len(tx.changes)
                 transactions += 1
+                if outages and lost_from is None and emitted >= outages[0][0]:
+                    lost_from = len(self.emitter.items)
+                elif outages and lost_from is not None and emitted >= outages[0][1]:
+                    self._resnapshot(lost_from)
+                    outages.pop(0)
+                    lost_from = None
+        if lost_from is not None:
+            self._resnapshot(lost_from)
         return transactions
+
+    def _outages(self, events: int) -> list[tuple[int, int]]:
+        """(first, end) emitted-event counts of each outage: a few percent of the run, apart."""
+        count = self.plan.resnapshots
+        if not count or events < 50:
+            return []
+        starts = sorted(self._outage_rng.uniform(0.2, 0.8) for _ in range(count))
+        return [(int(events * s), int(events * s) + max(5, int(events * self._outage_rng.uniform(0.02, 0.05)))) for s in starts]
+
+    def _resnapshot(self, lost_from: int) -> None:
+        """The connector was down with its offsets lost: what it would have sent since
+        `lost_from` is never sent; it comes back with a new snapshot of every table."""
+        lost = len(self.emitter.items) - lost_from
+        del self.emitter.items[lost_from:]
+        self.chaos["resnapshots"] = self.chaos.get("resnapshots", 0) + 1
+        self.chaos["records_lost_in_outages"] = self.chaos.get("records_lost_in_outages", 0) + lost
+        self.clock_us += 3_000_000
+        self.clock_us = self.emitter.snapshot(self.db, self.clock_us, phase="resnapshot") + 1_000_000
 
     def _fill(self, tx: _Tx) -> None:
         chaos_op = self._chaos_op()

@@ -49,7 +49,7 @@ class _Item:
     record: KafkaRecord
     time_us: int
     seq: int
-    phase: str  # snapshot | stream
+    phase: str  # snapshot | stream | resnapshot
     run: int = 0  # which run of the connector produced it (a restart starts a new one)
 
 
@@ -68,6 +68,7 @@ class _Emitter:
         }
         self.toast = {s.name: workload.hints(s).toast if s.replica_identity == "default" else () for s in pipeline.sources.values()}
         self.items: list[_Item] = []
+        self.appended = 0  # items ever appended (their `seq`; an outage removes items)
         self.wal = 24_000_000 + rng.randrange(0, 8_000_000, 8)
         self.tx_id = 700 + rng.randrange(300)
         self.last_commit_end: int | None = None
@@ -79,15 +80,18 @@ class _Emitter:
 
     # ---------------------------------------------------------------- snapshot
 
-    def snapshot(self, db: _Database, start_us: int) -> int:
-        """All rows at one LSN in one transaction; returns the end time.
+    def snapshot(self, db: _Database, start_us: int, phase: str = "snapshot") -> int:
+        """All rows at one LSN in one transaction; returns the end time. `phase`: `snapshot`
+        (the initial one, whose LSN the stats report) or `resnapshot` (after an outage).
 
         As Debezium 3.6.3 does it (seen against PostgreSQL 15): tables in `table.include.list`
         order (the pipeline's source order), and one `source.ts_ms` (the snapshot's start) on
         every snapshot record of every table.
         """
         self.tx_id += 1
-        self.snapshot_lsn, self.snapshot_tx_id = self.wal, self.tx_id
+        lsn, tx_id = self.wal, self.tx_id
+        if phase == "snapshot":
+            self.snapshot_lsn, self.snapshot_tx_id = lsn, tx_id
         tables = list(self.pipeline.sources.values())
         clock = start_us
         for t_index, src in enumerate(tables):
@@ -96,8 +100,8 @@ class _Emitter:
             for r_index, row in enumerate(rows):
                 clock += self.rng.randrange(20, 400)
                 marker = _snapshot_marker(t_index == 0, t_index == len(tables) - 1, r_index == 0, r_index == len(rows) - 1)
-                info = self._info(src, table_ts, marker, self.snapshot_lsn, None, self.snapshot_tx_id)
-                self._add(src, "r", None, row, (), info, clock, "snapshot")
+                info = self._info(src, table_ts, marker, lsn, None, tx_id)
+                self._add(src, "r", None, row, (), info, clock, phase)
             clock += self.rng.randrange(2_000, 30_000)
         self.wal += self.rng.randrange(200, 4_000, 8)
         self.last_proc_us = clock
@@ -168,7 +172,8 @@ class _Emitter:
             self.ops[src.name]["tombstone"] += 1
 
     def _append(self, record: KafkaRecord, time_us: int, phase: str) -> None:
-        self.items.append(_Item(record, time_us, len(self.items), phase))
+        self.items.append(_Item(record, time_us, self.appended, phase))
+        self.appended += 1
 
 
 def _schema_and_table(pipeline: Pipeline, source: Source) -> tuple[str, str]:

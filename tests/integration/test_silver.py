@@ -375,6 +375,45 @@ def test_snapshot_replay_older_is_out_of_order_equal_is_a_duplicate(make_env):
     assert env.current()[2]["_op"] == "r"
 
 
+def snapshot(lsn: int, *rows: dict[str, Any]) -> list[BronzeChange]:
+    """One table's snapshot as Debezium sends it: `r` records at one LSN, the last one marked."""
+    return [
+        dataclasses.replace(ev("r", lsn, row), snapshot="last_in_data_collection" if i == len(rows) - 1 else "true")
+        for i, row in enumerate(rows)
+    ]
+
+
+def test_a_new_snapshot_deletes_the_keys_it_no_longer_holds_and_an_old_one_replayed_deletes_nothing(make_env):
+    """A connector restarted from a snapshot offset re-snapshots: rows deleted while it was down
+    have no delete event, only their absence from the new snapshot. A change older than the
+    snapshot in the same batch counts; one newer than it stays."""
+    env = make_env()
+    env.apply(0, *snapshot(1, product(1, "a"), product(2, "b"), product(3, "c")))
+    env.apply(1, ev("u", 5, product(1, "a2")))
+    # down: key 2 deleted at lsn 7 and key 4 inserted at lsn 8, never sent; key 6 inserted at 9
+    # and deleted at 9.5 likewise; then a new snapshot at lsn 10, key 7 created after it
+    stats = env.apply(2, ev("c", 9, product(5, "sent, then deleted unseen")),
+                      *snapshot(10, product(1, "a2"), product(3, "c"), product(4, "d")), ev("c", 12, product(7, "new")))
+    assert stats.snapshot_deletes == 2
+    assert set(env.live()) == {1, 3, 4, 7}
+    assert env.current()[2]["_deleted"] and int(env.current()[2]["_sequence"]) == seq(10, "d")
+    assert versions(env.history(2))[-1][:3] == (seq(10, "d"), "d", True)
+    # the initial snapshot sent again: every key alive just before it is in it
+    stats = env.apply(3, *snapshot(1, product(1, "a"), product(2, "b"), product(3, "c")))
+    assert stats.snapshot_deletes == 0 and stats.out_of_order + stats.duplicates == 3
+    assert set(env.live()) == {1, 3, 4, 7}
+
+
+def test_a_snapshot_spanning_batches_is_reconciled_when_its_last_record_arrives(make_env):
+    env = make_env()
+    env.apply(0, *snapshot(1, product(1, "a"), product(2, "b"), product(3, "c")))
+    first, *rest = snapshot(10, product(1, "a"), product(3, "c"))
+    env.append(first)  # the stream wrote the snapshot's first record to bronze in an earlier batch
+    assert env.apply(1, first).snapshot_deletes == 0
+    assert env.apply(2, *rest).snapshot_deletes == 1
+    assert set(env.live()) == {1, 3}
+
+
 def test_toast_placeholder_keeps_the_previous_versions_value_even_when_that_arrives_late(make_env):
     env = make_env()
     env.apply(
@@ -419,6 +458,18 @@ def test_a_primary_key_change_carries_its_toasted_value_from_the_old_key(make_en
     # the value is now silver's own: a later placeholder update of the new key keeps it
     env.apply(5, ev("u", 8, product(final, "later", description=None), unavailable=("description",)))
     assert env.live()[final]["description"] == "long text" and env.live()[final]["title"] == "later"
+
+
+def test_a_key_change_a_new_snapshot_already_holds_takes_the_snapshots_value(make_env):
+    """A snapshot taken while the database changes reads past its LSN; the changes after that
+    LSN are streamed again. Its row for a key that a key change created already has the moved
+    row's values, newer than the old key's last version silver holds."""
+    env = make_env()
+    env.apply(0, ev("c", 1, product(1, "one", description="old text")))
+    # down: key 1's text updated at lsn 3, then 1 -> 7 at lsn 12; the new snapshot says lsn 10
+    # but read key 7 after the move; streaming from lsn 10 sends the move again
+    env.apply(1, *snapshot(10, product(7, "one", description="new text")), *key_move(12, 1, product(7, "one")))
+    assert set(env.live()) == {7} and env.live()[7]["description"] == "new text"
 
 
 # --------------------------------------------------------------------------- 7. change data feed
