@@ -25,7 +25,9 @@ from testkit.bench.ingest import isolated_pipeline
 from testkit.simulator import produce, simulate, write_truth
 from tests.integration.test_bronze import _tag
 
-pytestmark = pytest.mark.kafka
+# ~100 s on 2 cores: `make test-slow` (the default suite proves reconciliation against the real
+# connector: tests/e2e/test_postgres_e2e.py, offsets lost)
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 SEED, EVENTS = 8, 800
 

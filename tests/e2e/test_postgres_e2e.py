@@ -27,8 +27,8 @@ import pytest
 from devstack.procs import free_port
 from lakehouse.declaration import Pipeline, parse_pipeline
 
-TRANSACTIONS = int(os.environ.get("CDC_ENRICH_PG_E2E_TRANSACTIONS", "2000"))
-RESNAPSHOT_TRANSACTIONS = int(os.environ.get("CDC_ENRICH_PG_E2E_RESNAPSHOT_TRANSACTIONS", "600"))
+TRANSACTIONS = int(os.environ.get("CDC_ENRICH_PG_E2E_TRANSACTIONS", "1000"))
+RESNAPSHOT_TRANSACTIONS = int(os.environ.get("CDC_ENRICH_PG_E2E_RESNAPSHOT_TRANSACTIONS", "500"))
 SLOW_TRANSACTIONS = int(os.environ.get("CDC_ENRICH_PG_E2E_SLOW_TRANSACTIONS", "10000"))
 # One extra bronze -> silver -> gold round while the workload is half done (gold maintained
 # incrementally over real data). Off by default: on 2 shared cores it costs as much as the final drain.

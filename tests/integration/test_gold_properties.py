@@ -15,7 +15,7 @@ the same reason one pipeline holds all five views: the shop's two (left; inner c
 branch) and three more on the same tables (inner; left chain + inner; primary-key outer join).
 
 Knobs: CDC_ENRICH_GOLD_SEEDS (seeds in the default run), CDC_ENRICH_GOLD_ROUNDS (delivery
-rounds), CDC_ENRICH_GOLD_SLOW_SEEDS (the `slow` run, which also uses silver without delete
+rounds; CDC_ENRICH_GOLD_SLOW_ROUNDS for the slow run), CDC_ENRICH_GOLD_SLOW_SEEDS (the `slow` run, which also uses silver without delete
 markers, so that gold meets real CDF `delete` rows).
 """
 
@@ -40,7 +40,8 @@ from testkit.reference_silver import Change, apply_silver_changes, create_silver
 from tests.shop_views import all_views_pipeline
 
 SEEDS = int(os.environ.get("CDC_ENRICH_GOLD_SEEDS", "20"))
-ROUNDS = int(os.environ.get("CDC_ENRICH_GOLD_ROUNDS", "3"))
+ROUNDS = int(os.environ.get("CDC_ENRICH_GOLD_ROUNDS", "2"))
+SLOW_ROUNDS = int(os.environ.get("CDC_ENRICH_GOLD_SLOW_ROUNDS", "6"))
 SLOW_SEEDS = int(os.environ.get("CDC_ENRICH_GOLD_SLOW_SEEDS", "300"))
 SPAN = 1000
 TABLES = ("customers", "products", "orders", "order_items")
@@ -260,7 +261,7 @@ def test_gold_converges_for_many_more_seeds_and_rounds(spark, lake: Path, shop_p
     seeds = list(range(first, first + SLOW_SEEDS))
     for i, chunk in enumerate(range(0, len(seeds), 100)):
         pipeline = fresh(all_views_pipeline(shop_pipeline_path), "slow")
-        run_universe(spark, lake, pipeline, seeds[chunk : chunk + 100], ROUNDS * 2, physical_delete=i % 2 == 1)
+        run_universe(spark, lake, pipeline, seeds[chunk : chunk + 100], SLOW_ROUNDS, physical_delete=i % 2 == 1)
 
 
 def test_schedules_cover_every_arrival_pattern_and_stay_complete():
