@@ -43,7 +43,7 @@ class _Driver:
         self._deadline = {k: self.rng.uniform(0.1, 0.5) for k in _CHAOS_OPS + ("null_fk", "dangling_fk")}
         self.progress = 0.0
         self.clock_us = _micros(START)
-        self._outage_rng = random.Random(f"{seed}:outages")  # its own stream: other chaos draws stay as they were
+        self._outage_rng = random.Random(f"{seed}:outages")  # its own stream: choosing outages draws nothing from the workload's
 
     # ---------------------------------------------------------------- snapshot
 

@@ -27,7 +27,7 @@ import pytest
 from devstack.procs import free_port
 from lakehouse.declaration import Pipeline, parse_pipeline
 
-TRANSACTIONS = int(os.environ.get("CDC_ENRICH_PG_E2E_TRANSACTIONS", "1000"))
+TRANSACTIONS = int(os.environ.get("CDC_ENRICH_PG_E2E_TRANSACTIONS", "800"))
 RESNAPSHOT_TRANSACTIONS = int(os.environ.get("CDC_ENRICH_PG_E2E_RESNAPSHOT_TRANSACTIONS", "500"))
 SLOW_TRANSACTIONS = int(os.environ.get("CDC_ENRICH_PG_E2E_SLOW_TRANSACTIONS", "10000"))
 # One extra bronze -> silver -> gold round while the workload is half done (gold maintained
@@ -338,7 +338,7 @@ def _stage_missing() -> str | None:
     ("transactions", "offsets_lost"),
     [
         (TRANSACTIONS, False),
-        (RESNAPSHOT_TRANSACTIONS, True),
+        pytest.param(RESNAPSHOT_TRANSACTIONS, True, marks=pytest.mark.slow),
         pytest.param(SLOW_TRANSACTIONS, False, marks=pytest.mark.slow),
     ],
     ids=lambda v: f"{v}tx" if isinstance(v, int) and not isinstance(v, bool) else ("offsets-lost" if v else "resumed"),

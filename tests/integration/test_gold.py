@@ -267,6 +267,7 @@ def test_deleting_parents_and_children_inner_and_left(spark, lake: Path, shop_pi
     assert_gold_equals_oracle(spark, pipeline)
 
 
+@pytest.mark.slow  # also met by the slow gold properties run (silver without delete markers)
 def test_physical_deletes_in_silver_change_feed_are_handled(spark, lake: Path, shop_pipeline: Pipeline):
     """Silver keeps deleted keys, but a real CDF `delete` row must work the same way."""
     pipeline = variant(shop_pipeline)
@@ -349,6 +350,7 @@ def test_gold_refresh_job_runs_one_view(spark, lake: Path, shop_pipeline_path: P
 
 
 @pytest.mark.long
+@pytest.mark.slow  # the default suite's PostgreSQL e2e runs bronze -> silver -> gold -> verify on real data
 def test_end_to_end_through_the_silver_stage(spark, lake: Path, shop_pipeline: Pipeline):
     """Bronze rows -> the real silver stage (run_silver) -> gold -> verify: the tables' contract holds."""
     from delta.tables import DeltaTable
@@ -396,6 +398,7 @@ def test_end_to_end_through_the_silver_stage(spark, lake: Path, shop_pipeline: P
 
 
 @pytest.mark.long
+@pytest.mark.slow  # the benchmark's harness; `make bench` runs it at size
 def test_bench_gold_smoke(spark, lake: Path, shop_pipeline: Pipeline):
     """The gold benchmark runs end to end on a small view: figures present, gold equal to the recompute."""
     from testkit.bench.gold import bench_gold
