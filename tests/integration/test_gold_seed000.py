@@ -125,6 +125,7 @@ def test_seed_000_instruction_table_inner_and_left(spark, lake: Path, kip213: Pi
             assert gold == oracle, f"{event}: {view} is {gold}, the SQL join is {oracle}"
 
 
+@pytest.mark.slow  # the default suite holds the hash check in test_gold.py (a row never replaced by an older base version)
 def test_seed_000_stale_result_is_discarded_by_the_hash_check(spark, lake: Path, kip213: Pipeline):
     """The seed's race: LHS A|Y,1 then A|Y,2 before the RHS answers. Only A|Y,2,bar is output, once.
 

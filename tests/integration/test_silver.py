@@ -402,16 +402,13 @@ def test_a_new_snapshot_deletes_the_keys_it_no_longer_holds_and_an_old_one_repla
     stats = env.apply(3, *snapshot(1, product(1, "a"), product(2, "b"), product(3, "c")))
     assert stats.snapshot_deletes == 0 and stats.out_of_order + stats.duplicates == 3
     assert set(env.live()) == {1, 3, 4, 7}
-
-
-def test_a_snapshot_spanning_batches_is_reconciled_when_its_last_record_arrives(make_env):
-    env = make_env()
-    env.apply(0, *snapshot(1, product(1, "a"), product(2, "b"), product(3, "c")))
-    first, *rest = snapshot(10, product(1, "a"), product(3, "c"))
-    env.append(first)  # the stream wrote the snapshot's first record to bronze in an earlier batch
-    assert env.apply(1, first).snapshot_deletes == 0
-    assert env.apply(2, *rest).snapshot_deletes == 1
-    assert set(env.live()) == {1, 3}
+    # a snapshot spanning batches: the stream wrote its first record to bronze in an earlier
+    # batch; it is reconciled when its last record arrives
+    first, *rest = snapshot(20, product(1, "a2"), product(4, "d"))
+    env.append(first)
+    assert env.apply(4, first).snapshot_deletes == 0
+    assert env.apply(5, *rest).snapshot_deletes == 2  # keys 3 and 7
+    assert set(env.live()) == {1, 4}
 
 
 def test_toast_placeholder_keeps_the_previous_versions_value_even_when_that_arrives_late(make_env):

@@ -17,7 +17,7 @@ statement of the semantics:
 
 The reference is also checked against the generator's own final state (the true source table).
 
-Example counts: `SILVER_EXAMPLES` (default 4) for the regular run; the `slow` test runs more (30),
+Example counts: `SILVER_EXAMPLES` (default 3) for the regular run; the `slow` test runs more (30),
 through the streaming runner (`run_silver` after each bronze append).
 """
 
@@ -61,7 +61,7 @@ VALUE_COLUMNS = ("sku", "title", "price", "description")
 
 settings.register_profile(
     "silver",
-    max_examples=int(os.environ.get("SILVER_EXAMPLES", "4")),
+    max_examples=int(os.environ.get("SILVER_EXAMPLES", "3")),
     deadline=None,
     database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.data_too_large],
