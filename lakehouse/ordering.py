@@ -82,8 +82,8 @@ class OrderingRule:
     python: PythonValue  # the specification; raises ValueError when the fields give no valid sequence
     sql: SqlValue  # the SQL twin, exact where its second column is true
     jvm: str  # what DebeziumDecoder.sequence computes, and when it defers to Python
-    # Every record of one snapshot gets one sequence (so bronze can tell a snapshot's rows apart,
-    # and silver reconciles a completed snapshot: lakehouse.silver.snapshots).
+    # Every record of one snapshot gets one sequence, so silver can find a snapshot's rows in
+    # bronze and reconcile a completed snapshot (lakehouse.silver.snapshots).
     snapshot_shares_sequence: bool = False
 
 

@@ -26,7 +26,7 @@ from lakehouse.silver.plan import (
     BROADCAST_KEYS_LIMIT,
     Truncate,
     _bounded_keys,
-    _empty_string_array,
+    empty_string_array,
     _keys,
     batch_summary,
     build_timeline,
@@ -236,9 +236,9 @@ def apply_batch(
     if state.has_toast:
         toast = spark.table(toast_table(pipeline, source)).filter(in_range).join(touched, keys, "left_semi")
         existing = existing.join(toast.select(*keys, "_sequence", "_unavailable"), [*keys, "_sequence"], "left")
-        unavailable = F.coalesce(F.col("_unavailable"), _empty_string_array())
+        unavailable = F.coalesce(F.col("_unavailable"), empty_string_array())
     else:
-        unavailable = _empty_string_array()
+        unavailable = empty_string_array()
     existing = existing.withColumn("_unavailable", unavailable).localCheckpoint(eager=True)
     existing_current = spark.table(current_name).filter(in_range).join(touched, keys, "left_semi")
     clock.lap("read")
@@ -317,7 +317,8 @@ def _reconcile_snapshots(
     deletes: DataFrame | None = None
     for end in ends:
         prior = known if deletes is None else known.unionByName(versions(deletes, source))
-        found = reconciliation_deletes(prior, snapshot_keys(bronze, end[0], source), end, source).localCheckpoint(eager=True)
+        in_snapshot = snapshot_keys(changes_from_bronze(bronze, source), end[0], source)
+        found = reconciliation_deletes(prior, in_snapshot, end, source).localCheckpoint(eager=True)
         deletes = found if deletes is None else deletes.unionByName(found)
     assert deletes is not None
     return deletes

@@ -19,7 +19,6 @@ from pyspark.sql.types import (
 )
 
 from lakehouse.declaration import Source
-from lakehouse.silver.snapshots import ends_snapshot
 from lakehouse.spark import write_time
 from lakehouse.tables import (
     SEQUENCE_TYPE,
@@ -32,6 +31,7 @@ COMPACTED_BEFORE_PROPERTY = "cdc_enrich.history.compactedBeforeMs"
 CHANGE_OPS = ("r", "c", "u", "d")
 TRUNCATE_OP = "t"
 TOMBSTONE_OP = "tombstone"
+SNAPSHOT_END_MARKERS = ("last_in_data_collection", "last")  # `source.snapshot` of a table's last snapshot record
 APP_ID_FILE = "_silver_app_id"
 BROADCAST_KEYS_LIMIT = 200_000  # a batch's keys are broadcast to the table scans up to this many
 log = logging.getLogger(__name__)
@@ -42,7 +42,8 @@ Truncate = tuple[Decimal, datetime | None]  # (sequence, source time)
 # --------------------------------------------------------------------------- pure planning: changes
 
 
-def _empty_string_array() -> Column:
+def empty_string_array() -> Column:
+    """An empty array<string> (a version with no TOAST placeholders)."""
     return F.array().cast(ArrayType(StringType()))
 
 
@@ -70,9 +71,9 @@ def changes_from_bronze(bronze: DataFrame, source: Source) -> DataFrame:
             )
         )
         if value_cols
-        else _empty_string_array()
+        else empty_string_array()
     )
-    unavailable = F.when(op == "d", _empty_string_array()).otherwise(unavailable)
+    unavailable = F.when(op == "d", empty_string_array()).otherwise(unavailable)
     key_exprs = [
         F.coalesce(F.col(f"_key.{k}"), F.col(f"_after.{k}"), F.col(f"_before.{k}")).alias(k) for k in source.primary_key
     ]
@@ -131,7 +132,6 @@ def batch_summary(bronze: DataFrame, source: Source) -> Column:
     """One aggregation over a batch: counts, the truncate events, the snapshot ends
     (`lakehouse.silver.snapshots`), the number of distinct (key, sequence) changes and the
     min/max of each boundable key column (for file skipping)."""
-
     op = F.col("_op")
     key_cols = [F.coalesce(F.col(f"_key.{k}"), F.col(f"_after.{k}"), F.col(f"_before.{k}")) for k in source.primary_key]
     keyed = F.lit(True)
@@ -139,6 +139,7 @@ def batch_summary(bronze: DataFrame, source: Source) -> Column:
         keyed = keyed & k.isNotNull()
     usable_change = op.isin(*CHANGE_OPS) & F.col("_sequence").isNotNull() & keyed
     usable_truncate = (op == TRUNCATE_OP) & F.col("_sequence").isNotNull()
+    ends_snapshot = usable_change & (op == "r") & F.col("_source_snapshot").isin(*SNAPSHOT_END_MARKERS)
     moved = usable_change & (op != "d") & F.col("_unavailable_columns").isNotNull() & _old_key_column(bronze, source).isNotNull()
     ts = F.timestamp_millis(F.coalesce(F.col("_source_ts_ms"), F.col("_event_ts_ms")))
     bounds = []
@@ -153,7 +154,7 @@ def batch_summary(bronze: DataFrame, source: Source) -> Column:
         F.count_distinct(F.when(usable_change, F.struct(*key_cols, F.col("_sequence")))).alias("distinct_changes"),
         F.count(F.when(moved, 1)).alias("moves_with_placeholders"),
         F.collect_list(F.when(usable_truncate, F.struct(F.col("_sequence"), ts.alias("_source_ts")))).alias("truncate_events"),
-        F.collect_set(F.when(ends_snapshot(usable_change), F.struct(F.col("_sequence"), ts.alias("_source_ts")))).alias("snapshot_ends"),
+        F.collect_set(F.when(ends_snapshot, F.struct(F.col("_sequence"), ts.alias("_source_ts")))).alias("snapshot_ends"),
         *bounds,
     )
 
@@ -202,7 +203,7 @@ def derive_truncate_versions(real: DataFrame, truncates: Sequence[Truncate], sou
         F.col("_t._t_ts").alias("_source_ts"),
         F.lit(TRUNCATE_OP).alias("_op"),
         F.lit(True).alias("_deleted"),
-        _empty_string_array().alias("_unavailable"),
+        empty_string_array().alias("_unavailable"),
         *([F.lit(False).alias("_stored")] if "_stored" in real.columns else []),
     )
 
@@ -258,11 +259,10 @@ def inherit_moved_values(versions: DataFrame, source: Source) -> DataFrame:
     keys = _keys(source)
     values = list(source.value_columns)
     cols = versions.columns
-    previous_live = F.lag(~F.col("_deleted")).over(Window.partitionBy(*keys).orderBy("_sequence"))
-    versions = versions.withColumn(
-        "_old_key", F.when(F.coalesce(previous_live, F.lit(False)), F.lit(None)).otherwise(F.col("_old_key"))
-    )
-    upto = Window.partitionBy(*keys).orderBy("_sequence").rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    by_sequence = Window.partitionBy(*keys).orderBy("_sequence")
+    previous_live = F.coalesce(F.lag(~F.col("_deleted")).over(by_sequence), F.lit(False))
+    versions = versions.withColumn("_old_key", F.when(previous_live, F.lit(None)).otherwise(F.col("_old_key")))
+    upto = by_sequence.rowsBetween(Window.unboundedPreceding, Window.currentRow)
     for _ in range(64):  # each pass resolves at least one more link of every chain
         pending = F.col("_old_key").isNotNull() & (F.size("_unavailable") > 0)
         complete = ~pending & (F.size("_unavailable") == 0)
@@ -295,7 +295,7 @@ def inherit_moved_values(versions: DataFrame, source: Source) -> DataFrame:
         replaced = {
             c: F.when(found & F.array_contains(F.col("_unavailable"), c), F.col(f"_donor.{c}")).otherwise(F.col(c)) for c in values
         }
-        replaced["_unavailable"] = F.when(found, _empty_string_array()).otherwise(F.col("_unavailable"))
+        replaced["_unavailable"] = F.when(found, empty_string_array()).otherwise(F.col("_unavailable"))
         replaced["_old_key"] = F.when(~found, F.col("_old_key"))
         versions = joined.select(*[replaced.get(c, F.col(c)).alias(c) for c in cols]).localCheckpoint(eager=True)
     return versions

@@ -10,7 +10,8 @@ just before it and absent from it was deleted.
 
 So, per source whose ordering rule gives every record of a snapshot one sequence S
 (`lakehouse.ordering.OrderingRule.snapshot_shares_sequence`): when a batch holds the record
-that ends a table's snapshot (`source.snapshot` = `last_in_data_collection` or `last`), the
+that ends a table's snapshot (`source.snapshot` = `last_in_data_collection` or `last`: `plan.SNAPSHOT_END_MARKERS`, counted by
+`batch_summary`), the
 snapshot's keys are read from bronze (every `r` record at S), and each key alive just before S
 (silver current, or the batch's own earlier changes) that is not among them gets a delete at
 S - 1 (for PostgreSQL: the delete position of the snapshot's LSN, before its reads). The
@@ -28,15 +29,13 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any, Sequence
 
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import ArrayType, StringType
 
 from lakehouse.declaration import Source
 from lakehouse.ordering import rule
+from lakehouse.silver.plan import empty_string_array
 from lakehouse.tables import SEQUENCE_TYPE, key_struct
-
-SNAPSHOT_END_MARKERS = ("last_in_data_collection", "last")
 
 SnapshotEnd = tuple[Decimal, Any]  # (the snapshot's sequence, its source time)
 
@@ -46,18 +45,11 @@ def reconciles_snapshots(source: Source) -> bool:
     return rule(source.sequence).snapshot_shares_sequence
 
 
-def ends_snapshot(usable_change: Column) -> Column:
-    """A bronze row that ends its table's snapshot (Debezium's per-table end marker)."""
-    return usable_change & (F.col("_op") == "r") & F.col("_source_snapshot").isin(*SNAPSHOT_END_MARKERS)
-
-
-def snapshot_keys(bronze: DataFrame, sequence: Decimal, source: Source) -> DataFrame:
-    """The keys of the snapshot at `sequence`: every `r` record bronze holds at it."""
-    keys = [
-        F.coalesce(F.col(f"_key.{k}"), F.col(f"_after.{k}"), F.col(f"_before.{k}")).alias(k) for k in source.primary_key
-    ]
-    rows = bronze.filter((F.col("_op") == "r") & (F.col("_sequence") == F.lit(sequence).cast(SEQUENCE_TYPE)))
-    return rows.select(*keys).dropna().distinct()
+def snapshot_keys(changes: DataFrame, sequence: Decimal, source: Source) -> DataFrame:
+    """The keys of the snapshot at `sequence`: every `r` change at it (`changes_from_bronze`
+    over bronze, which the snapshot may span)."""
+    rows = changes.filter((F.col("_op") == "r") & (F.col("_sequence") == F.lit(sequence).cast(SEQUENCE_TYPE)))
+    return rows.select(*source.primary_key).distinct()
 
 
 def reconciliation_deletes(
@@ -89,7 +81,7 @@ def reconciliation_deletes(
         F.lit(source_ts).cast("timestamp").alias("_source_ts"),
         F.lit("d").alias("_op"),
         F.lit(True).alias("_deleted"),
-        F.array().cast(ArrayType(StringType())).alias("_unavailable"),
+        empty_string_array().alias("_unavailable"),
     )
 
 

@@ -39,7 +39,11 @@ class _Driver:
         self.values = _Values(self.rng, workload)
         self.emitter = _Emitter(pipeline, workload, self.rng, schemas_enabled, partitions)
         self.sources = list(pipeline.sources.values())
-        self.chaos = {k: 0 for k in ("fk_moves", "null_fks", "dangling_fks", "parent_recreates", "pk_changes", "noop_updates")}
+        self.chaos = {
+            k: 0
+            for k in ("fk_moves", "null_fks", "dangling_fks", "parent_recreates", "pk_changes", "noop_updates",
+                      "resnapshots", "records_lost_in_outages")
+        }
         self._deadline = {k: self.rng.uniform(0.1, 0.5) for k in _CHAOS_OPS + ("null_fk", "dangling_fk")}
         self.progress = 0.0
         self.clock_us = _micros(START)
@@ -102,8 +106,8 @@ class _Driver:
         `lost_from` is never sent; it comes back with a new snapshot of every table."""
         lost = len(self.emitter.items) - lost_from
         del self.emitter.items[lost_from:]
-        self.chaos["resnapshots"] = self.chaos.get("resnapshots", 0) + 1
-        self.chaos["records_lost_in_outages"] = self.chaos.get("records_lost_in_outages", 0) + lost
+        self.chaos["resnapshots"] += 1
+        self.chaos["records_lost_in_outages"] += lost
         self.clock_us += 3_000_000
         self.clock_us = self.emitter.snapshot(self.db, self.clock_us, phase="resnapshot") + 1_000_000
 
