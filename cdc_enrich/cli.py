@@ -277,8 +277,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
         else:
             from testkit.bench.gold import bench_gold
 
-            kwargs = {"fact_rows": args.rows} if args.rows else {}
-            results[name] = bench_gold(spark, pipeline, lake, **kwargs)
+            from testkit.bench.gold import render_table
+
+            kwargs: dict[str, Any] = {"fact_rows": args.rows} if args.rows else {}
+            if args.fractions:
+                kwargs["fractions"] = tuple(float(f) for f in args.fractions.split(","))
+            if args.workloads:
+                kwargs["workloads"] = tuple(w.strip() for w in args.workloads.split(",") if w.strip())
+            results[name] = bench_gold(spark, pipeline, lake, progress=_say, **kwargs)
+            _say(render_table(results[name]))
         _say(json.dumps(results[name], indent=2, default=str))
     return 0
 
@@ -364,7 +371,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("bench", parents=[common, with_pipeline, kafka], help="benchmarks against a side-by-side baseline", description=cmd_bench.__doc__)
     p.add_argument("which", choices=("ingest", "silver", "gold", "all"))
     p.add_argument("--events", type=int, help="ingest: events produced; silver: changes per batch")
-    p.add_argument("--rows", type=int, help="gold: fact table rows")
+    p.add_argument("--rows", type=int, help="gold: fact table rows (default 1000000)")
+    p.add_argument("--fractions", help="gold: comma list of changed shares of the fact table (default 0.0001,0.001,0.01,0.1,0.25)")
+    p.add_argument("--workloads", help="gold: comma list of uniform, oltp, hot_parent (default all three)")
     p.add_argument("--parsers", default="hybrid",
                    help="ingest: comma list of bronze parsers to time side by side (hybrid = the JVM decoder, "
                         "sql = the SQL pass, python); the first one's ratio is the headline")

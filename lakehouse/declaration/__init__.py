@@ -14,6 +14,7 @@ from lakehouse.declaration.model import (  # noqa: F401
     JOIN_TYPES,
     PK_JOIN_TYPES,
     TRIGGERS,
+    REFRESH_MODES,
     STARTING_OFFSETS,
     Column,
     ForeignKey,

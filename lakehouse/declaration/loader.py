@@ -20,6 +20,7 @@ from lakehouse.declaration.model import (
     SOURCE_KINDS,
     STARTING_OFFSETS,
     TRIGGERS,
+    REFRESH_MODES,
     Column,
     ForeignKey,
     Join,
@@ -149,7 +150,9 @@ def _tables(raw: Any, problems: Problems, pipeline_name: str) -> TableNames:
 def _options(raw: Any, problems: Problems) -> Options:
     path = "options"
     values = _mapping(raw, path, problems, required=False)
-    _unknown_keys(values, ("history_retention_days", "late_grace_days", "trigger", "processing_time"), path, problems)
+    _unknown_keys(
+        values, ("history_retention_days", "late_grace_days", "trigger", "processing_time", "gold_refresh"), path, problems
+    )
     processing_time = values.get("processing_time", "10 seconds")
     if not isinstance(processing_time, str) or not re.match(r"^\d+\s+(second|seconds|minute|minutes)$", processing_time):
         problems.add(_join(path, "processing_time"), f"expected an interval such as '10 seconds', got {_kind(processing_time)}")
@@ -159,6 +162,7 @@ def _options(raw: Any, problems: Problems) -> Options:
         late_grace_days=_int(values, "late_grace_days", 30, path, problems, minimum=0),
         trigger=_choice(values, "trigger", TRIGGERS, "available_now", path, problems),
         processing_time=processing_time,
+        gold_refresh=_choice(values, "gold_refresh", REFRESH_MODES, "auto", path, problems),
     )
 
 

@@ -200,12 +200,17 @@ class TableNames:
         )
 
 
+#: How gold batches are refreshed (`options.gold_refresh`; `lakehouse.gold.cost` picks under auto).
+REFRESH_MODES = ("auto", "incremental", "recompute")
+
+
 @dataclass(frozen=True)
 class Options:
     history_retention_days: int = 3650
     late_grace_days: int = 30
     trigger: str = "available_now"
     processing_time: str = "10 seconds"
+    gold_refresh: str = "auto"  # auto (a cost model picks per batch) | incremental | recompute
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,8 @@ from pyspark.sql.types import StructType
 from lakehouse.declaration import ForeignKey, Pipeline, Source
 from lakehouse.errors import TableLayoutError
 from lakehouse.gold.frames import HASH_LENGTH
+from lakehouse.gold.layout import KeyRange, clustered, range_predicate
 from lakehouse.gold.plan import (
-    LITERAL_KEY_LIMIT,
     ROW_HASH,
     ViewPlan,
     subscription_columns,
@@ -90,12 +90,6 @@ def ensure_gold_table(spark: SparkSession, pipeline: Pipeline, plan: ViewPlan) -
     return name
 
 
-def _key_prefilter(alias: str, column: str, values: Sequence[Any] | None) -> Column | None:
-    if values is None:
-        return None
-    return F.col(f"{alias}.{quote(column)}").isin(list(values))
-
-
 def merge_subscriptions(
     session: SparkSession,
     table: str,
@@ -123,12 +117,46 @@ def merge_subscriptions(
         return _retry_on_conflict(lambda: _metrics(merge.execute()))
 
 
+def fill_subscriptions(
+    session: SparkSession,
+    table: str,
+    updates: DataFrame,
+    source: Source,
+    fk: ForeignKey,
+    rows: int,
+    app_id: str | None = None,
+    version: int | None = None,
+) -> int:
+    """Fill an empty subscription table with `subscription_updates`, laid out in fk ranges;
+    returns the rows written.
+
+    An insert-only MERGE of a clustered source: against an empty table Delta writes the source
+    as it is partitioned (so each file holds a narrow fk range), and unlike a blind append it
+    conflicts with another view filling the same table at the same moment: this batch is then
+    applied by `merge_subscriptions` (newer sequence wins) over what the other one wrote.
+    """
+    from delta.exceptions import DeltaConcurrentModificationException
+    from delta.tables import DeltaTable
+
+    cols = subscription_columns(source, fk) + ("_left_hash", "_sequence")
+    subscribed = clustered(updates.where(~F.col("_remove")).select(*cols), fk.columns, rows)
+    on = " AND ".join(f"t.{quote(c)} = s.{quote(c)}" for c in source.primary_key)
+    values = {c: f"s.{quote(c)}" for c in cols}
+    merge = DeltaTable.forName(session, table).alias("t").merge(subscribed.alias("s"), on).whenNotMatchedInsert(values=values)
+    try:
+        with delta_txn(session, app_id, version):
+            return _metrics(merge.execute())["inserted"]
+    except DeltaConcurrentModificationException:
+        metrics = merge_subscriptions(session, table, updates, source, fk, app_id, version)
+        return metrics["inserted"] + metrics["updated"] + metrics["deleted"]
+
+
 def merge_into_gold(
     session: SparkSession,
     table: str,
     plan: ViewPlan,
     source: DataFrame,
-    key_values: Sequence[Any] | None = None,
+    key_ranges: Sequence[KeyRange] | None = None,
     app_id: str | None = None,
     version: int | None = None,
 ) -> dict[str, int]:
@@ -136,15 +164,14 @@ def merge_into_gold(
 
     Update when `_row_hash` or a lineage hash differs; delete a present row whose key left the
     join; insert a new row. Update and delete require the incoming base sequence not to be older
-    than the stored one (the hash check). `key_values` (the affected keys' first key column, when
-    few) adds a literal predicate so Delta prunes gold files by statistics.
+    than the stored one (the hash check). `key_ranges` (covering the source's first key column)
+    adds a literal predicate so Delta prunes gold files by their statistics.
     """
     from delta.tables import DeltaTable
 
     on = F.expr(" AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in plan.key_columns))
-    prefilter = _key_prefilter("t", plan.key_columns[0], key_values)
-    if prefilter is not None:
-        on = on & prefilter
+    if key_ranges is not None:
+        on = on & range_predicate(F.col(f"t.{quote(plan.key_columns[0])}"), key_ranges)
     base_seq = f"t.{quote(plan.base.gold_seq)}"
     guard = f"(s._guard_seq IS NULL OR {base_seq} IS NULL OR s._guard_seq >= {base_seq})"
     hashes = [ROW_HASH] + [a.gold_hash for a in plan.aliases]
@@ -160,6 +187,17 @@ def merge_into_gold(
     )
     with delta_txn(session, app_id, version):
         return _metrics(merge.execute())
+
+
+def last_operation_metrics(session: SparkSession, table: str) -> dict[str, int]:
+    """Delta's own figures for the table's last commit (files read, touched, rows rewritten)."""
+    row = session.sql(f"DESCRIBE HISTORY {table} LIMIT 1").first()
+    return {k: int(v) for k, v in (row["operationMetrics"] or {}).items() if str(v).isdigit()}
+
+
+def table_rows(session: SparkSession, table: str) -> int:
+    """Rows of a Delta table (answered from the log's statistics, no scan)."""
+    return int(session.read.table(table).count())
 
 
 def _retry_on_conflict(action: Callable[[], dict[str, int]], attempts: int = 5) -> dict[str, int]:
@@ -179,13 +217,3 @@ def _retry_on_conflict(action: Callable[[], dict[str, int]], attempts: int = 5) 
 def live_rows(session: SparkSession, pipeline: Pipeline, source: Source) -> DataFrame:
     """silver current without deleted keys: what a SQL join sees."""
     return session.read.table(silver_current_table(pipeline, source)).where(~F.col("_deleted"))
-
-
-def _collect_small(df: DataFrame, limit: int = LITERAL_KEY_LIMIT) -> tuple[int, list[Any] | None]:
-    """Count keys; when few, also return their first column's distinct values for literal pruning."""
-    rows = df.limit(limit + 1).collect()
-    if len(rows) <= limit:
-        return len(rows), sorted({r[0] for r in rows if r[0] is not None})
-    return df.count(), None
-
-

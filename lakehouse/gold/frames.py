@@ -9,6 +9,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from lakehouse.declaration import ForeignKey, Source
+from lakehouse.gold.layout import key_ranges_of, range_predicate
 from lakehouse.gold.plan import (
     JOIN_TYPES,
     ROW_HASH,
@@ -101,7 +102,8 @@ def walk_back(
 
     With `prune_limit`, up to that many distinct target keys are collected first: none means no
     lookup at all, and a few become a literal `IN` on the first fk column, which is what lets
-    Delta skip the files of a subscription table clustered by fk (KIP-213's prefix scan).
+    Delta skip the files of a subscription table clustered by fk (KIP-213's prefix scan); more
+    become a few fk ranges (`layout.key_ranges_of`).
     """
     renamed = keys.select(*[F.col(k).alias(f"_k{i}") for i, k in enumerate(target.primary_key)]).distinct()
     if prune_limit is not None:
@@ -112,6 +114,8 @@ def walk_back(
                 return session.createDataFrame([], StructType([subscriptions.schema[c] for c in parent.primary_key]))
             renamed = session.createDataFrame(rows, renamed.schema)
             subscriptions = subscriptions.where(F.col(fk.columns[0]).isin(sorted({r[0] for r in rows if r[0] is not None})))
+        else:  # many: the fk ranges they fall in (a table clustered by fk keeps them in few files)
+            subscriptions = subscriptions.where(range_predicate(F.col(fk.columns[0]), key_ranges_of(renamed, "_k0")))
     cond = None
     for i, c in enumerate(fk.columns):
         term = subscriptions[c] == renamed[f"_k{i}"]
@@ -251,3 +255,33 @@ def gold_merge_source(plan: ViewPlan, keys: DataFrame, result: DataFrame, base_c
     )
 
 
+
+
+def recompute_differences(plan: ViewPlan, view_rows: DataFrame, gold: DataFrame) -> DataFrame:
+    """The MERGE source of a recompute: what `gold_merge_source` would hold had every key been
+    affected, less the rows gold already holds unchanged.
+
+    `view_rows` is `join_view` over every live row, `gold` the gold table (only its key and
+    hash columns are read). One full outer join on the key: a view row new to gold or differing
+    in `_row_hash` or a lineage hash is kept; a gold key no longer in the view becomes a delete
+    marker. The view is read from silver's current state, the newest there is, so a marker needs
+    no sequence for the hash check (`_guard_seq` null).
+    """
+    hashes = [ROW_HASH] + [a.gold_hash for a in plan.aliases]
+    keys = list(plan.key_columns)
+    stored = gold.select(*[F.col(k).alias(f"_gold_{k}") for k in keys], *[F.col(h).alias(f"_gold_{h}") for h in hashes])
+    on = None
+    for k in keys:
+        term = view_rows[k] == stored[f"_gold_{k}"]
+        on = term if on is None else on & term
+    joined = view_rows.join(stored, on, "full_outer")
+    present = F.col(ROW_HASH).isNotNull()
+    in_gold = F.col(f"_gold_{ROW_HASH}").isNotNull()
+    differs = ~present | ~in_gold
+    for h in hashes:
+        differs = differs | ~F.col(h).eqNullSafe(F.col(f"_gold_{h}"))
+    return joined.where(differs).select(
+        *[F.coalesce(F.col(k), F.col(f"_gold_{k}")).alias(k) if k in keys else F.col(k) for k in plan.gold_columns],
+        present.alias("_present"),
+        F.when(present, F.col(plan.base.gold_seq)).alias("_guard_seq"),
+    )

@@ -13,20 +13,24 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
 from lakehouse.declaration import Pipeline, Source
+from lakehouse.gold.cost import RefreshDecision, RefreshEstimate, choose_refresh, forced_refresh
 from lakehouse.gold.delta import (
-    _collect_small,
+    fill_subscriptions,
     ensure_gold_table,
     ensure_subscription_table,
     live_rows,
     merge_into_gold,
     merge_subscriptions,
+    table_rows,
 )
 from lakehouse.gold.frames import (
     affected_base_keys,
     gold_merge_source,
     join_view,
+    recompute_differences,
     subscription_updates,
 )
+from lakehouse.gold.layout import clustered, count_and_ranges, range_predicate
 from lakehouse.gold.plan import (
     BROADCAST_ROW_LIMIT,
     LITERAL_KEY_LIMIT,
@@ -61,6 +65,8 @@ class ViewRun:
     subscriptions_written: int = 0
     seconds: float = 0.0
     phases: dict[str, float] = field(default_factory=dict)  # seconds per phase, summed
+    paths: dict[str, int] = field(default_factory=dict)  # batches per refresh path (build, incremental, recompute)
+    last_reason: str | None = None  # why the last batch took its path
     skipped: str | None = None
 
     def line(self) -> str:
@@ -70,6 +76,7 @@ class ViewRun:
             f"{self.view}: {self.batches} batch(es), {self.changes_read} change(s) read, "
             f"{self.affected_keys} key(s) recomputed, +{self.inserted} ~{self.updated} -{self.deleted} "
             f"gold rows, {self.subscriptions_written} subscription row(s) written, {self.seconds:.1f}s"
+            + (f"; paths: {', '.join(f'{p} {n}' for p, n in self.paths.items())}" if self.paths else "")
         )
 
 
@@ -193,6 +200,9 @@ class _ViewMaintainer:
         run.updated += stats["updated"]
         run.deleted += stats["deleted"]
         run.subscriptions_written += stats["subscriptions_written"]
+        if "path" in stats:
+            run.paths[stats["path"]] = run.paths.get(stats["path"], 0) + 1
+            run.last_reason = stats["reason"]
         run.seconds += time.monotonic() - started
         for phase, seconds in {"read": read_seconds, **stats["phases"]}.items():
             run.phases[phase] = run.phases.get(phase, 0.0) + seconds
@@ -201,6 +211,7 @@ class _ViewMaintainer:
                 f"gold {self.plan.view.name} batch {batch_id}: {sum(counts.values())} change(s), "
                 f"{stats['affected_keys']} key(s), +{stats['inserted']} ~{stats['updated']} -{stats['deleted']} "
                 f"({time.monotonic() - started:.1f}s)"
+                + (f"; {stats['path']}: {stats['reason']}" if "path" in stats else "")
             )
 
 
@@ -222,7 +233,7 @@ def process_changes(
     metadata query) that picks the whole-view append over the MERGE: the stream passes it once
     its first batch has run, since the MERGE path is right on any table, only slower to fill one.
     """
-    written, sub_seconds = _maintain_subscriptions(session, pipeline, plan, changes, app_id, version)
+    written, sub_seconds = _maintain_subscriptions(session, pipeline, plan, changes, app_id, version, gold_may_be_empty)
     stats = _refresh_gold(session, pipeline, plan, changes, app_id, version, gold_may_be_empty)
     stats["subscriptions_written"] = written
     stats["phases"]["subscriptions"] = sub_seconds
@@ -236,8 +247,10 @@ def _maintain_subscriptions(
     changes: Mapping[str, DataFrame],
     app_id: Callable[[str], str] | None,
     version: int | None,
+    tables_may_be_empty: bool = True,
 ) -> tuple[int, float]:
-    """MERGE this batch's subscription moves into every relation the view follows: (rows, seconds)."""
+    """MERGE this batch's subscription moves into every relation the view follows: (rows, seconds).
+    An empty subscription table (`tables_may_be_empty`: not yet known filled) is appended to."""
     started = time.monotonic()
     written = 0
     for left, fk in plan.relations:
@@ -248,6 +261,10 @@ def _maintain_subscriptions(
         updates = subscription_updates(changes[left.name], left, fk).localCheckpoint(eager=True)
         rows = updates.count()
         if rows == 0:
+            continue
+        if tables_may_be_empty and num_files(session, table) == 0:
+            # a first fill, in fk ranges: "who subscribes to these parents" then reads few files
+            written += fill_subscriptions(session, table, updates, left, fk, rows, app_id(table) if app_id else None, version)
             continue
         if rows <= BROADCAST_ROW_LIMIT:
             updates = F.broadcast(updates)
@@ -265,24 +282,30 @@ def _refresh_gold(
     version: int | None,
     gold_may_be_empty: bool,
 ) -> dict[str, Any]:
-    """Affected base keys, their rows recomputed from silver current, MERGEd into gold."""
-    phases: dict[str, float] = {}
-    clock = time.monotonic()
-
-    def lap(phase: str) -> None:
-        nonlocal clock
-        now = time.monotonic()
-        phases[phase] = phases.get(phase, 0.0) + now - clock
-        clock = now
-
-    stats: dict[str, Any] = {"affected_keys": 0, "inserted": 0, "updated": 0, "deleted": 0, "phases": phases}
+    """Bring gold up to date with one batch: by the affected keys, or by a recompute diffed
+    against gold when the cost model (`lakehouse.gold.cost`) finds that cheaper."""
+    clock = _Clock()
+    stats: dict[str, Any] = {"affected_keys": 0, "inserted": 0, "updated": 0, "deleted": 0, "phases": clock.phases}
     target = gold_table(pipeline, plan.view.name)
+    txn = app_id(target) if app_id else None
     if gold_may_be_empty and num_files(session, target) == 0:
         # Nothing to diff against (a first run, a rebuild): the whole view, appended, is gold.
-        inserted = append_to_empty_gold(session, pipeline, plan, app_id(target) if app_id else None, version)
-        stats.update(affected_keys=inserted, inserted=inserted)
-        lap("build")
+        inserted = append_to_empty_gold(session, pipeline, plan, txn, version)
+        stats.update(affected_keys=inserted, inserted=inserted, path="build", reason="gold held no file: the whole view appended")
+        clock.lap("build")
         return stats
+    forced = forced_refresh(pipeline.options.gold_refresh)
+    if forced is not None and forced.path == "recompute":
+        return _by_recompute(session, pipeline, plan, target, txn, version, forced, stats, clock)
+    sizes = _sizes(session, pipeline, plan, target) if forced is None else None
+    base = plan.base.source
+    if sizes is not None and base.name in changes:  # the batch's own base changes: a lower bound on the keys
+        changed_base = changes[base.name].select(*base.primary_key).distinct().count()
+        early = choose_refresh(RefreshEstimate(changed_base, *sizes), keys_are_a_lower_bound=True)
+        if early.path == "recompute":
+            clock.lap("cost")
+            return _by_recompute(session, pipeline, plan, target, txn, version, early, stats, clock)
+    clock.lap("cost")
     changed = {name: rows.select(*pipeline.source(name).primary_key) for name, rows in changes.items()}
     keys = affected_base_keys(
         plan,
@@ -294,30 +317,82 @@ def _refresh_gold(
         return stats
     keys = keys.persist()
     try:
-        count, first_values = _collect_small(keys)
+        count, ranges = count_and_ranges(keys, base.primary_key[0], KEY_COLLECT_LIMIT)
         stats["affected_keys"] = count
-        lap("keys")
+        clock.lap("keys")
         if count == 0:
             return stats
-        base = plan.base.source
-        base_current = session.read.table(silver_current_table(pipeline, base)).join(
+        decision = forced or choose_refresh(RefreshEstimate(count, *sizes))
+        if decision.path == "recompute":
+            return _by_recompute(session, pipeline, plan, target, txn, version, decision, stats, clock)
+        stats.update(path="incremental", reason=decision.reason)
+        base_current = session.read.table(silver_current_table(pipeline, base))
+        base_current = base_current.where(range_predicate(F.col(base.primary_key[0]), ranges)).join(
             keys, list(base.primary_key), "left_semi"
         )
-        if first_values is not None:
-            base_current = base_current.where(F.col(base.primary_key[0]).isin(first_values))
         live = {s.name: live_rows(session, pipeline, s) for s in plan.sources}
         result = join_view(plan, live, keys, base_live=base_current.where(~F.col("_deleted")))
         # computed once: MERGE reads its source twice (find touched files, then write)
         source = gold_merge_source(plan, keys, result, base_current).localCheckpoint(eager=True)
         if count <= BROADCAST_ROW_LIMIT:  # one source row per affected key
             source = F.broadcast(source)
-        lap("recompute")
-        stats.update(
-            merge_into_gold(session, target, plan, source, first_values, app_id(target) if app_id else None, version)
-        )
-        lap("merge")
+        clock.lap("recompute")
+        stats.update(merge_into_gold(session, target, plan, source, ranges, txn, version))
+        clock.lap("merge")
     finally:
         keys.unpersist()
+    return stats
+
+
+#: Up to this many affected keys are collected to the driver to build the pruning ranges.
+KEY_COLLECT_LIMIT = 200_000
+
+
+class _Clock:
+    """Seconds per phase of one batch."""
+
+    def __init__(self) -> None:
+        self.phases: dict[str, float] = {}
+        self._last = time.monotonic()
+
+    def lap(self, phase: str) -> None:
+        now = time.monotonic()
+        self.phases[phase] = self.phases.get(phase, 0.0) + now - self._last
+        self._last = now
+
+
+def _sizes(session: SparkSession, pipeline: Pipeline, plan: ViewPlan, target: str) -> tuple[int, int, int]:
+    """(gold rows, source rows, parent rows) for the cost model, from the tables' statistics."""
+    rows = {s.name: table_rows(session, silver_current_table(pipeline, s)) for s in plan.sources}
+    parents = sum(n for name, n in rows.items() if name != plan.base.source.name)
+    return table_rows(session, target), sum(rows.values()), parents
+
+
+def _by_recompute(
+    session: SparkSession,
+    pipeline: Pipeline,
+    plan: ViewPlan,
+    target: str,
+    txn: str | None,
+    version: int | None,
+    decision: RefreshDecision,
+    stats: dict[str, Any],
+    clock: _Clock,
+) -> dict[str, Any]:
+    """The whole view from silver current, diffed against gold, only the differences MERGEd:
+    the same rows and the same change feed as the incremental path would give."""
+    stats.update(path="recompute", reason=decision.reason)
+    view_rows = full_recompute(session, pipeline, plan.view.name)
+    source = recompute_differences(plan, view_rows, session.read.table(target)).localCheckpoint(eager=True)
+    count, ranges = count_and_ranges(source, plan.key_columns[0], KEY_COLLECT_LIMIT)
+    stats["affected_keys"] = count
+    clock.lap("recompute")
+    if count == 0:
+        return stats
+    if count <= BROADCAST_ROW_LIMIT:
+        source = F.broadcast(source)
+    stats.update(merge_into_gold(session, target, plan, source, ranges, txn, version))
+    clock.lap("merge")
     return stats
 
 
@@ -334,7 +409,9 @@ def append_to_empty_gold(
     What a MERGE of every key would write, at the cost of a plain recompute: the first batch of
     a new view carries every source row, and walking them all through the subscriptions into a
     MERGE is the slow way to fill a table (the 1M-row bench's first batch: 54 s that way, 33-37 s
-    now, most of it the subscription tables' own first MERGEs). Its change feed holds one insert
+    now, most of it the subscription tables' own first MERGEs). The rows are written in key
+    ranges, a file each (`layout.clustered`), so a later batch's MERGE touches only the files
+    of the keys it changes. Its change feed holds one insert
     per row, as the MERGE's would. Only the view's own stream writes its gold table, so nothing
     else can fill it between the emptiness check and this append; a replayed batch is skipped
     by its transaction tag.
@@ -344,8 +421,10 @@ def append_to_empty_gold(
     target = gold_table(pipeline, plan.view.name)
     table = DeltaTable.forName(session, target)
     before = table.history(1).first()["version"]
+    rows = table_rows(session, silver_current_table(pipeline, plan.base.source))  # about one gold row each
+    view_rows = clustered(full_recompute(session, pipeline, plan.view.name), plan.key_columns, rows)
     with delta_txn(session, app_id, version):
-        full_recompute(session, pipeline, plan.view.name).write.format("delta").mode("append").saveAsTable(target)
+        view_rows.write.format("delta").mode("append").saveAsTable(target)
     last = table.history(1).first()
     if last["version"] == before:  # skipped: this batch's append had already committed
         return 0

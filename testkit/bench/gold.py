@@ -1,16 +1,27 @@
-"""Benchmark: incremental gold maintenance vs a full recompute of the same view, same data.
+"""Benchmark: gold maintenance (the product's path, picked per batch) against a full recompute
+of the same view on the same data, side by side, on production-shaped workloads.
 
 Not a test. `bench_gold` builds silver current tables for one view's sources (the fact table
-with `fact_rows` rows, each parent ten times smaller per hop), builds gold through the
-incremental path, then for each fraction changes that share of the fact rows (and of each
-parent) in silver and times, side by side on the same data:
+with `fact_rows` rows, each parent ten times smaller per hop; one "hot" customer owns 1 % of
+the orders), builds gold, then for each workload and fraction changes silver and times, on the
+same data:
 
-- incremental: `run_gold` for the view (subscriptions, affected keys, recompute, MERGE);
+- gold: `run_gold` for the view, as a user runs it (`options.gold_refresh: auto`: the cost
+  model picks the incremental path or a recompute diffed against gold; the report says which);
 - full: the whole join from silver current, written over a copy table (what teams run today).
 
-Reported: times, their ratio, the crossover fraction (where incremental stops paying off,
-interpolated on the measured points), subscription table sizes, and whether the incremental
-gold equals the full recompute at the end.
+Workloads (fraction = changed fact rows / fact rows):
+- uniform: uniformly random fact rows updated (one in ten moves its foreign key), and the same
+  fraction of each parent;
+- oltp: 20 % new fact rows (and their new orders) at the top of the key space, 70 % updates of
+  which 90 % fall among the newest 5 % of keys, and 2 % + 1 % of the fraction as renamed
+  customers and repriced products, which fan out through the subscriptions;
+- hot_parent: the hot customer renamed (1 % of the fact rows fan out from one change).
+
+Reported per run: times and their ratio, the path taken and why, seconds per phase, Spark jobs,
+and each table's Delta operation metrics for the commits of the run (files scanned and
+touched, rows rewritten); the subscription tables' sizes; and whether gold equals the full
+recompute at the end.
 """
 
 from __future__ import annotations
@@ -20,7 +31,7 @@ import math
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -70,8 +81,15 @@ def _value(column: str, type_name: str, idx: Column, salt: int) -> Column:
     return F.timestamp_seconds(F.lit(1_735_689_600) + mixed * 3600)
 
 
-def _rows(spark: SparkSession, pipeline: Pipeline, source: Source, sizes: dict[str, int], salt: int) -> DataFrame:
-    """`sizes[source]` rows with unique keys and foreign keys into the referenced sources' ranges."""
+HOT_SHARE = 100  # one order in this many belongs to the hot customer (key 0)
+WORKLOADS = ("uniform", "oltp", "hot_parent")
+FRACTIONS = (0.0001, 0.001, 0.01, 0.1, 0.25)
+
+
+def _rows(spark: SparkSession, pipeline: Pipeline, source: Source, sizes: dict[str, int], salt: int,
+          start: int = 0, count: int | None = None) -> DataFrame:
+    """Rows `start`..`start+count` (default: all `sizes[source]`) with unique keys and foreign keys
+    into the referenced sources' ranges; a fact table's key starts with its parent's key."""
     n = sizes[source.name]
     idx = F.col("id")
     fk_target = {c: fk.references for fk in source.foreign_keys for c in fk.columns}
@@ -88,10 +106,12 @@ def _rows(spark: SparkSession, pipeline: Pipeline, source: Source, sizes: dict[s
             expr = idx
         elif col.name in fk_target and fk_target[col.name] in sizes:
             expr = F.pmod(F.xxhash64(idx, F.lit(salt), F.lit(col.name)), F.lit(sizes[fk_target[col.name]]))
+            if fk_target[col.name] == "customers":  # the hot customer
+                expr = F.when(idx % HOT_SHARE == 7, F.lit(0)).otherwise(expr)
         else:
             expr = _value(col.name, col.type, idx, salt)
         cols.append(expr.cast(col.type).alias(col.name))
-    return spark.range(n).select(*cols)
+    return spark.range(start, start + (n if count is None else count)).select(*cols)
 
 
 def _silver_rows(df: DataFrame, source: Source, sequence: int) -> DataFrame:
@@ -106,11 +126,14 @@ def _silver_rows(df: DataFrame, source: Source, sequence: int) -> DataFrame:
     ).select(*[f.name for f in silver_current_schema(source).fields])
 
 
-def _changes(spark: SparkSession, pipeline: Pipeline, source: Source, fraction: float, sequence: int, sizes: dict[str, int]) -> DataFrame:
-    """About `fraction` of the source's live rows, with one selected value column changed and,
-    for one in ten, a foreign key moved (so subscriptions move too)."""
-    current = spark.read.table(silver_current_table(pipeline, source)).where(~F.col("_deleted"))
-    picked = current.where(F.rand(sequence) < F.lit(fraction))
+def _as_changes(df: DataFrame, source: Source, sequence: int) -> DataFrame:
+    return df.select(*source.column_names, F.lit(sequence).cast("decimal(38,0)").alias("_sequence"),
+                     F.lit(False).alias("_delete")).select(*[f.name for f in changes_schema(source).fields])
+
+
+def _updated(picked: DataFrame, source: Source, sequence: int, sizes: dict[str, int], fk_moves: float = 0.1) -> DataFrame:
+    """`picked` rows with their first plain value column changed and, for `fk_moves` of them, a
+    foreign key moved (so subscriptions move too)."""
     value_cols = [c for c in source.value_columns if all(c not in fk.columns for fk in source.foreign_keys)]
     out = []
     for col in source.columns:
@@ -118,15 +141,118 @@ def _changes(spark: SparkSession, pipeline: Pipeline, source: Source, fraction: 
         if value_cols and col.name == value_cols[0]:
             expr = _value(col.name, col.type, F.col(source.primary_key[0]).cast("long"), sequence)
         fk = next((f for f in source.foreign_keys if col.name in f.columns and col.name not in source.primary_key), None)
-        if fk is not None and fk.references in sizes:
+        if fk is not None and fk.references in sizes and fk_moves > 0:
             moved = F.pmod(F.xxhash64(F.col(source.primary_key[0]), F.lit(sequence)), F.lit(sizes[fk.references]))
-            expr = F.when(F.rand(sequence + 1) < 0.1, moved).otherwise(expr)
+            expr = F.when(F.rand(sequence + 1) < fk_moves, moved).otherwise(expr)
         out.append(expr.cast(col.type).alias(col.name))
-    return picked.select(*out, F.lit(sequence).cast("decimal(38,0)").alias("_sequence"), F.lit(False).alias("_delete")).select(
-        *[f.name for f in changes_schema(source).fields]
+    return _as_changes(picked.select(*out), source, sequence)
+
+
+def _live(spark: SparkSession, pipeline: Pipeline, source: Source) -> DataFrame:
+    return spark.read.table(silver_current_table(pipeline, source)).where(~F.col("_deleted"))
+
+
+def _uniform(spark, pipeline, plan, fraction, sequence, sizes) -> dict[str, DataFrame]:
+    """`fraction` of every source's live rows, uniformly random."""
+    return {
+        s.name: _updated(_live(spark, pipeline, s).where(F.rand(sequence) < F.lit(fraction)), s, sequence, sizes)
+        for s in plan.sources
+    }
+
+
+def _oltp(spark, pipeline, plan, fraction, sequence, sizes) -> dict[str, DataFrame]:
+    """New fact rows at the top of the key space, updates mostly among the newest 5 % of keys,
+    and a few parent changes that fan out (see the module docstring)."""
+    fact = plan.base.source
+    total = sizes[fact.name]
+    changes = max(1, round(total * fraction))
+    key0 = F.col(fact.primary_key[0])
+    top = spark.read.table(silver_current_table(pipeline, fact)).agg(F.max(key0)).first()[0]
+    recent_from = top * 0.95
+    updates = 0.7 * changes
+    recent_p = min(1.0, 0.9 * updates / (0.05 * total))
+    old_p = min(1.0, 0.1 * updates / (0.95 * total))
+    picked = _live(spark, pipeline, fact).where(
+        F.when(key0 >= F.lit(recent_from), F.rand(sequence) < F.lit(recent_p)).otherwise(F.rand(sequence) < F.lit(old_p))
     )
+    out = {fact.name: _updated(picked, fact, sequence, sizes, fk_moves=0.02)}
+    inserted = max(1, round(0.2 * changes))
+    parent_fk = next((fk for fk in fact.foreign_keys if fk.columns[0] == fact.primary_key[0]), None)
+    if parent_fk is not None:  # new parents (orders) for the new fact rows, at the top of their key space
+        parent = pipeline.source(parent_fk.references)
+        fanout = max(1, math.ceil(total / sizes[parent.name]))
+        first_parent = top + 1
+        new_parents = _rows(spark, pipeline, parent, sizes, sequence, start=first_parent, count=math.ceil(inserted / fanout))
+        new_facts = _rows(spark, pipeline, fact, sizes, sequence, start=first_parent * fanout, count=inserted)
+        out[parent.name] = _as_changes(new_parents, parent, sequence)
+        out[fact.name] = out[fact.name].unionByName(_as_changes(new_facts, fact, sequence))
+    for share, name in ((0.02, "customers"), (0.01, "products")):
+        if name in sizes and name in {s.name for s in plan.sources}:
+            source = pipeline.source(name)
+            p = min(1.0, share * changes / sizes[name])
+            renamed = _updated(_live(spark, pipeline, source).where(F.rand(sequence + 7) < F.lit(p)), source, sequence, sizes, 0)
+            out[name] = out[name].unionByName(renamed) if name in out else renamed
+    return out
 
 
+def _hot_parent(spark, pipeline, plan, fraction, sequence, sizes) -> dict[str, DataFrame]:
+    """The hot customer (key 0, 1 % of the orders) renamed: one change, many gold rows."""
+    if "customers" not in {s.name for s in plan.sources}:
+        return {}
+    source = pipeline.source("customers")
+    return {"customers": _updated(_live(spark, pipeline, source).where(F.col("id") == 0), source, sequence, sizes, 0)}
+
+
+_GENERATORS = {"uniform": _uniform, "oltp": _oltp, "hot_parent": _hot_parent}
+
+
+# --------------------------------------------------------------------------- where the time goes
+
+
+def _versions(spark: SparkSession, tables: Sequence[str]) -> dict[str, int]:
+    return {t: int(spark.sql(f"DESCRIBE HISTORY {t} LIMIT 1").first()["version"]) for t in tables}
+
+
+#: Delta operation metrics worth reading per commit (MERGE's names; an append has numOutputRows).
+_METRICS = (
+    "numTargetFilesBeforeSkipping", "numTargetFilesAfterSkipping", "numTargetFilesRemoved",
+    "numTargetDeletionVectorsAdded", "numTargetFilesAdded", "numSourceRows", "numTargetRowsInserted",
+    "numTargetRowsUpdated", "numTargetRowsDeleted", "numTargetRowsCopied", "numOutputRows",
+)
+
+
+def _commits_since(spark: SparkSession, before: dict[str, int]) -> dict[str, dict[str, int]]:
+    """Per table written since `before`: the commits' operations and their summed metrics."""
+    out: dict[str, dict[str, Any]] = {}
+    for table, version in before.items():
+        rows = spark.sql(f"DESCRIBE HISTORY {table}").where(F.col("version") > version).collect()
+        if not rows:
+            continue
+        summed: dict[str, Any] = {"operations": ",".join(r["operation"] for r in sorted(rows, key=lambda r: r["version"]))}
+        for r in rows:
+            for k in _METRICS:
+                v = (r["operationMetrics"] or {}).get(k)
+                if v is not None and str(v).isdigit():
+                    summed[k] = summed.get(k, 0) + int(v)
+        out[table.rsplit(".", 1)[-1]] = summed
+    return out
+
+
+def _jobs_so_far(spark: SparkSession) -> int | None:
+    """The highest Spark job id so far (the UI's REST API; None without a UI)."""
+    import json
+    import urllib.request
+
+    url = spark.sparkContext.uiWebUrl
+    if not url:
+        return None
+    try:
+        app = spark.sparkContext.applicationId
+        with urllib.request.urlopen(f"{url}/api/v1/applications/{app}/jobs?status=succeeded", timeout=10) as r:
+            jobs = json.load(r)
+        return max((j["jobId"] for j in jobs), default=-1)
+    except OSError:
+        return None
 def _lookup_seconds(spark: SparkSession, table: str, fk_column: str, parents: int) -> dict[str, Any]:
     """Time KIP-213's prefix scan: subscribers of 100 random parents, as a literal IN (best of 3)."""
     import random
@@ -141,37 +267,21 @@ def _lookup_seconds(spark: SparkSession, table: str, fk_column: str, parents: in
     return {"files": files, "lookup_100_parents_s": round(best, 3)}
 
 
-def _files_touched_by_last_merge(spark: SparkSession, table: str) -> int:
-    """Target files the last MERGE had to read and mark (a deletion vector) or rewrite.
-
-    With uniformly random keys every file holds some affected row: the MERGE then reads the
-    whole table however small the change, which is what bounds incremental against a recompute.
-    """
-    metrics = spark.sql(f"DESCRIBE HISTORY {table} LIMIT 1").first()["operationMetrics"]
-    return int(metrics.get("numTargetDeletionVectorsAdded", 0)) + int(metrics.get("numTargetFilesRemoved", 0))
-
-
-def _crossover(points: Sequence[tuple[float, float, float]]) -> float | None:
-    """Fraction where incremental time reaches full time, log-interpolated; None if not reached."""
-    for (f0, inc0, full0), (f1, inc1, full1) in zip(points, points[1:]):
-        d0, d1 = inc0 - full0, inc1 - full1
-        if d0 < 0 <= d1:
-            t = -d0 / (d1 - d0)
-            return float(math.exp(math.log(f0) + t * (math.log(f1) - math.log(f0))))
-    if points and points[0][1] >= points[0][2]:
-        return points[0][0]
-    return None
-
-
 def bench_gold(
     spark: SparkSession,
     pipeline: Pipeline,
     lake: Path,
     fact_rows: int = 1_000_000,
-    fractions: Sequence[float] = (0.001, 0.01, 0.1),
+    fractions: Sequence[float] = FRACTIONS,
     view: str | None = None,
+    workloads: Sequence[str] = WORKLOADS,
+    progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """Incremental vs full recompute of one view (default: the one with the most joins)."""
+    """Gold maintenance against a full recompute of one view (default: the one with the most joins)."""
+    unknown = [w for w in workloads if w not in _GENERATORS]
+    if unknown:
+        raise ValueError(f"unknown workload(s) {unknown}; choose from {', '.join(WORKLOADS)}")
+    say = progress or (lambda _m: None)
     bench = _bench_pipeline(pipeline)
     name = view or max(pipeline.views, key=lambda v: len(pipeline.views[v].joins))
     plan = view_plan(bench, name)
@@ -187,54 +297,89 @@ def bench_gold(
             silver_current_table(bench, source)
         )
     result: dict[str, Any] = {"view": name, "fact_rows": fact_rows, "rows": sizes, "load_s": round(time.monotonic() - started, 1)}
+    say(f"bench gold: silver loaded ({sizes}) in {result['load_s']} s")
     started = time.monotonic()
     run_gold(spark, bench, lake, views=[name])
-    result["initial_incremental_build_s"] = round(time.monotonic() - started, 1)
-    result["subscription_lookup"] = lookups = {}
-    for left, fk in plan.relations:
-        table = subscription_table(bench, left, fk.name)
-        before = _lookup_seconds(spark, table, fk.columns[0], sizes.get(fk.references, 100))
-        spark.sql(f"OPTIMIZE {table}")  # liquid clustering by fk: files hold narrow fk ranges
-        after = _lookup_seconds(spark, table, fk.columns[0], sizes.get(fk.references, 100))
-        lookups[table] = {"as_written": before, "clustered_by_fk": after}
-    full_table = f"{gold_table(bench, name)}__full"
-    points: list[tuple[float, float, float]] = []
+    result["initial_build_s"] = round(time.monotonic() - started, 1)
+    target = gold_table(bench, name)
+    written = [target] + [subscription_table(bench, left, fk.name) for left, fk in plan.relations]
+    result["gold_files_after_build"] = num_files(spark, target)
+    say(f"bench gold: initial build {result['initial_build_s']} s, {result['gold_files_after_build']} gold files")
+    result["subscription_lookup"] = {
+        subscription_table(bench, left, fk.name): _lookup_seconds(
+            spark, subscription_table(bench, left, fk.name), fk.columns[0], sizes.get(fk.references, 100)
+        )
+        for left, fk in plan.relations
+    }
+    full_table = f"{target}__full"
     runs = []
-    for i, fraction in enumerate(sorted(fractions)):
-        sequence = 10 + i
-        changed = {}
-        for source in plan.sources:
-            df = _changes(spark, bench, source, fraction, sequence, sizes).cache()
-            changed[source.name] = df.count()
-            apply_silver_changes(spark, bench, source, df)
-            df.unpersist()
-        gold_files = num_files(spark, gold_table(bench, name))
-        started = time.monotonic()
-        report = run_gold(spark, bench, lake, views=[name]).views[name]
-        incremental = time.monotonic() - started
-        touched = _files_touched_by_last_merge(spark, gold_table(bench, name))
-        started = time.monotonic()
-        full_recompute(spark, bench, name).write.format("delta").mode("overwrite").saveAsTable(full_table)
-        full = time.monotonic() - started
-        points.append((fraction, incremental, full))
-        runs.append(
-            {
+    sequence = 10
+    for workload in workloads:
+        for fraction in sorted(fractions) if workload != "hot_parent" else [1 / HOT_SHARE]:
+            sequence += 1
+            changed = {}
+            for source_name, df in _GENERATORS[workload](spark, bench, plan, fraction, sequence, sizes).items():
+                df = df.localCheckpoint(eager=True)
+                changed[source_name] = df.count()
+                apply_silver_changes(spark, bench, bench.source(source_name), df)
+            gold_files = num_files(spark, target)
+            before, jobs_before = _versions(spark, written), _jobs_so_far(spark)
+            started = time.monotonic()
+            report = run_gold(spark, bench, lake, views=[name]).views[name]
+            incremental = time.monotonic() - started
+            jobs_after = _jobs_so_far(spark)
+            commits = _commits_since(spark, before)
+            started = time.monotonic()
+            full_recompute(spark, bench, name).write.format("delta").mode("overwrite").saveAsTable(full_table)
+            full = time.monotonic() - started
+            gold_commit = commits.get(target.rsplit(".", 1)[-1], {})
+            changed_gold = report.inserted + report.updated + report.deleted
+            rewritten = sum(gold_commit.get(k, 0) for k in ("numTargetRowsUpdated", "numTargetRowsCopied", "numTargetRowsInserted", "numTargetRowsDeleted"))
+            run = {
+                "workload": workload,
                 "fraction": fraction,
                 "changed_rows": changed,
+                "path": ",".join(report.paths) or "none",
+                "reason": report.last_reason,
                 "affected_keys": report.affected_keys,
                 "gold_inserted_updated_deleted": [report.inserted, report.updated, report.deleted],
-                "gold_files_touched": f"{touched} of {gold_files}",
-                "incremental_s": round(incremental, 2),
-                "incremental_phases_s": {k: round(v, 2) for k, v in report.phases.items()},
+                "gold_files": gold_files,
+                "gold_files_touched": gold_commit.get("numTargetFilesRemoved", 0) + gold_commit.get("numTargetDeletionVectorsAdded", 0),
+                "gold_rows_rewritten_per_changed_row": round(rewritten / changed_gold, 2) if changed_gold else None,
+                "spark_jobs": (jobs_after - jobs_before) if jobs_after is not None and jobs_before is not None else None,
+                "gold_s": round(incremental, 2),
+                "phases_s": {k: round(v, 2) for k, v in report.phases.items()},
+                "commits": commits,
                 "full_recompute_s": round(full, 2),
-                "full_over_incremental": round(full / incremental, 2) if incremental else None,
+                "full_over_gold": round(full / incremental, 2) if incremental else None,
             }
-        )
+            runs.append(run)
+            say(
+                f"bench gold: {workload} {fraction:.4%}: gold {run['gold_s']} s ({run['path']}, "
+                f"{run['affected_keys']} keys, {run['gold_files_touched']}/{gold_files} files touched, "
+                f"phases {run['phases_s']}), full {run['full_recompute_s']} s, ratio {run['full_over_gold']}"
+            )
+        if workload != workloads[-1]:  # upkeep between workloads, as a user schedules it: re-cluster gold
+            spark.sql(f"OPTIMIZE {target}")
     result["runs"] = runs
-    result["crossover_fraction"] = _crossover(points)
     result["subscriptions"] = subscription_sizes(spark, bench)
-    diff = diff_frames(spark.table(full_table), spark.table(gold_table(bench, name)), plan.key_columns, plan.output_columns, samples=3)
+    diff = diff_frames(spark.table(full_table), spark.table(target), plan.key_columns, plan.output_columns, samples=3)
     result["gold_equals_full_recompute"] = diff.ok
     if not diff.ok:
         result["difference"] = str(diff)
     return result
+
+
+def render_table(result: dict[str, Any]) -> str:
+    """The runs as a Markdown table (README, the CLI's summary)."""
+    lines = [
+        "| workload | fraction | path | affected keys | gold files touched | gold s | full recompute s | full / gold | rows rewritten per change | jobs |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in result["runs"]:
+        lines.append(
+            f"| {r['workload']} | {r['fraction']:.2%} | {r['path']} | {r['affected_keys']:,} | "
+            f"{r['gold_files_touched']} of {r['gold_files']} | {r['gold_s']} | {r['full_recompute_s']} | "
+            f"{r['full_over_gold']}x | {r['gold_rows_rewritten_per_changed_row']} | {r['spark_jobs']} |"
+        )
+    return "\n".join(lines)

@@ -4,8 +4,9 @@ Each seed generates a small source history for the shop tables (creates, updates
 churn, null and dangling fks, parents deleted and re-created, re-delivered and out-of-order
 events, no-op re-deliveries), then delivers it to silver in rounds following one arrival
 pattern (left tables first, right tables first, interleaved, one table held back until the
-end, random). Gold runs after every round, and after every round gold must equal the oracle
-join of what silver holds at that moment (a stronger property than "after draining").
+end, random). Gold runs after every round, each view in another refresh mode each round
+(incremental, recompute, auto: `options.gold_refresh`), and after every round gold must equal
+the oracle join of what silver holds at that moment (a stronger property than "after draining").
 
 Spark's fixed cost per job dominates at this size, so seeds share tables: seed s owns the key
 range [s*1000, s*1000+999] of every table and only references keys in its own range, so the
@@ -31,7 +32,7 @@ from typing import Any
 
 import pytest
 
-from lakehouse.declaration import Pipeline
+from lakehouse.declaration import REFRESH_MODES, Pipeline
 from lakehouse.gold import run_gold, view_plan
 from lakehouse.tables import gold_table
 from lakehouse.verify.oracle import oracle_view, silver_live_state
@@ -185,6 +186,11 @@ def seeds_of(view_keys: list[str]) -> list[int]:
     return sorted(found)
 
 
+def with_refresh(pipeline: Pipeline, mode: str) -> Pipeline:
+    """The same pipeline (tables, checkpoints) with `options.gold_refresh` set to `mode`."""
+    return dataclasses.replace(pipeline, options=dataclasses.replace(pipeline.options, gold_refresh=mode))
+
+
 def run_universe(spark, lake: Path, pipeline: Pipeline, seeds: list[int], rounds: int, physical_delete: bool) -> None:
     """Deliver every seed's rounds together, run gold after each, check every view each time."""
     for view in pipeline.views.values():
@@ -192,13 +198,19 @@ def run_universe(spark, lake: Path, pipeline: Pipeline, seeds: list[int], rounds
             create_silver_current(spark, pipeline, pipeline.source(view.table_of(alias)))
     histories = {s: generate_history(s) for s in seeds}
     plans = {s: schedule(s, histories[s], rounds, perturb=not physical_delete) for s in seeds}
+    taken: set[str] = set()  # the refresh paths the rounds took
     for r in range(rounds):
         for table in TABLES:
             batch = [e for s in seeds for e in plans[s][r] if e.table == table]
             if batch:
                 changes = [Change(e.row, e.sequence, key=_key_dict(table, e.key)) for e in batch]
                 apply_silver_changes(spark, pipeline, pipeline.source(table), changes, physical_delete=physical_delete)
-        run_gold(spark, pipeline, lake)
+        for i, name in enumerate(pipeline.views):  # each view in another refresh mode each round
+            mode = REFRESH_MODES[(i + r) % len(REFRESH_MODES)]
+            run = run_gold(spark, with_refresh(pipeline, mode), lake, views=[name]).views[name]
+            if mode != "auto":  # an empty gold table is built whatever the mode
+                assert set(run.paths) <= {mode, "build"}, f"{name} in mode {mode} took {run.paths}"
+            taken.update(run.paths)
         state = silver_live_state(spark, pipeline)
         for name in pipeline.views:
             plan = view_plan(pipeline, name)
@@ -207,6 +219,8 @@ def run_universe(spark, lake: Path, pipeline: Pipeline, seeds: list[int], rounds
                 plan.key_columns, plan.output_columns, samples=20,
             )
             assert diff.ok, f"round {r}, view {name}, seeds {seeds_of(diff.samples)}: {diff}"
+    if rounds > 1:
+        assert {"incremental", "recompute"} <= taken, f"the rounds took only {taken}"
     for name in pipeline.views:
         assert stale_lineage(spark, pipeline, name) == 0, name
         assert_only_real_changes(spark, pipeline, name)

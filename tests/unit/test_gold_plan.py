@@ -47,3 +47,44 @@ def test_oracle_is_the_plain_sql_join(shop_pipeline: Pipeline):
 # --------------------------------------------------------------------------- runs: checkpoints, replays, verify, job
 
 
+
+
+# --------------------------------------------------------------------------- key ranges and the cost model (pure)
+
+
+def test_key_ranges_cover_every_key_in_at_most_the_asked_number_of_intervals():
+    from lakehouse.gold.layout import key_ranges
+
+    keys = [5, 1, 2, 3, 1000, 1001, 50, None, 2]
+    assert key_ranges(keys, max_ranges=10) == [(1, 1), (2, 2), (3, 3), (5, 5), (50, 50), (1000, 1000), (1001, 1001)]
+    # cut at the widest gaps: 50 -> 1000, then 5 -> 50
+    assert key_ranges(keys, max_ranges=3) == [(1, 5), (50, 50), (1000, 1001)]
+    assert key_ranges(keys, max_ranges=1) == [(1, 1001)]
+    assert key_ranges([], max_ranges=4) == []
+    # strings have no distance: even chunks of the sorted values, still covering each
+    words = [f"k{i:03d}" for i in range(10)]
+    ranges = key_ranges(words, max_ranges=3)
+    assert len(ranges) == 3 and all(any(lo <= w <= hi for lo, hi in ranges) for w in words)
+
+
+def test_key_ranges_of_an_append_mostly_table_are_one_interval_and_a_few_points():
+    """The OLTP shape: recent keys dense at the top, a few old ones scattered."""
+    from lakehouse.gold.layout import key_ranges
+
+    recent = list(range(950_000, 1_000_000))
+    old = [12, 40_000, 500_000]
+    assert key_ranges(recent + old, max_ranges=8) == [(12, 12), (40_000, 40_000), (500_000, 500_000), (950_000, 999_999)]
+
+
+def test_the_cost_model_picks_the_cheaper_path_and_says_why():
+    from lakehouse.gold.cost import RefreshEstimate, choose_refresh, forced_refresh
+
+    small = choose_refresh(RefreshEstimate(affected_keys=1_000, gold_rows=1_000_000, source_rows=1_210_000, parent_rows=210_000))
+    assert small.path == "incremental" and "1000 affected key(s) of 1000000 gold row(s)" in small.reason
+    large = choose_refresh(RefreshEstimate(affected_keys=300_000, gold_rows=1_000_000, source_rows=1_210_000, parent_rows=210_000))
+    assert large.path == "recompute" and large.reason.startswith("recompute is cheaper")
+    # the batch's own changes are only a lower bound: they can prove a recompute, never the reverse
+    assert choose_refresh(RefreshEstimate(1_000, 1_000_000, 1_210_000, 210_000), keys_are_a_lower_bound=True).path == "undecided"
+    assert choose_refresh(RefreshEstimate(300_000, 1_000_000, 1_210_000, 210_000), keys_are_a_lower_bound=True).path == "recompute"
+    assert forced_refresh("auto") is None
+    assert forced_refresh("recompute").path == "recompute"
