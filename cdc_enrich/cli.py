@@ -256,8 +256,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     """Benchmarks, each against a baseline run side by side on this machine."""
     import json
 
+    from lakehouse.spark import get_spark
+
     pipeline = _pipeline(args)
-    spark = _spark(args)
+    spark = get_spark(args.lake, ui=True)  # the bench counts Spark jobs through the UI's REST API
     lake = lake_root(args.lake) / "bench"
     results: dict[str, Any] = {}
     which = ("ingest", "silver", "gold") if args.which == "all" else (args.which,)
@@ -286,6 +288,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 kwargs["workloads"] = tuple(w.strip() for w in args.workloads.split(",") if w.strip())
             results[name] = bench_gold(spark, pipeline, lake, progress=_say, **kwargs)
             _say(render_table(results[name]))
+            if args.out:  # for `python -m testkit.bench.plot`
+                Path(args.out).write_text(json.dumps(results[name], indent=2, default=str))
         _say(json.dumps(results[name], indent=2, default=str))
     return 0
 
@@ -374,6 +378,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rows", type=int, help="gold: fact table rows (default 1000000)")
     p.add_argument("--fractions", help="gold: comma list of changed shares of the fact table (default 0.0001,0.001,0.01,0.1,0.25)")
     p.add_argument("--workloads", help="gold: comma list of uniform, oltp, hot_parent (default all three)")
+    p.add_argument("--out", help="gold: also write the result as JSON to this file (for testkit.bench.plot)")
     p.add_argument("--parsers", default="hybrid",
                    help="ingest: comma list of bronze parsers to time side by side (hybrid = the JVM decoder, "
                         "sql = the SQL pass, python); the first one's ratio is the headline")

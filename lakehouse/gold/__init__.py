@@ -1,6 +1,7 @@
 """Gold: foreign-key join views kept equal to the SQL join of silver, incrementally (KIP-213).
 
-The view's plan (`plan`), pure DataFrame steps (`frames`), Delta edges (`delta`), streams (`runner`), recompute.
+The view's plan (`plan`), pure DataFrame steps (`frames`), key ranges and layout (`layout`), the
+path's cost model (`cost`), Delta edges (`delta`), streams (`runner`), recompute.
 
 Gold views: foreign-key joins kept equal to the SQL join of silver, incrementally (KIP-213 on Delta).
 
@@ -36,6 +37,15 @@ touches (startingVersion 0, one checkpoint per view). Each micro-batch, inside f
    the gold change feed carries only real changes. When the gold table holds no file yet (a new
    view, a rebuild), steps 2-4 are one append of the whole view instead: there is nothing to
    diff against, and the first batch carries every source row anyway.
+
+5. **Which path** (`cost.py`, per batch, `options.gold_refresh: auto`): when the affected keys
+   are so many that recomputing the whole view costs less (Databricks' Enzyme makes the same
+   choice per refresh), steps 3-4 become one recompute of the view, diffed against gold's key
+   and hash columns (`frames.recompute_differences`), and the same guarded MERGE writes only the
+   rows that differ: same rows, same change feed. The batch's own base changes are a lower
+   bound on the keys, so a batch that is large by itself skips the subscription walk. `layout.py`
+   turns affected keys into a few key ranges that let Delta skip gold, silver and subscription
+   files by their statistics, and writes whole tables (a first build) in key ranges.
 
 Why recomputing from current silver (instead of shipping values through the subscription store
 as KIP-213 does) converges for any arrival order: a change committed to silver is delivered by
@@ -93,6 +103,17 @@ from lakehouse.gold.frames import (  # noqa: F401
     affected_base_keys,
     join_view,
     gold_merge_source,
+    recompute_differences,
+)
+from lakehouse.gold.layout import (  # noqa: F401
+    KeyRange,
+    key_ranges,
+    range_predicate,
+)
+from lakehouse.gold.cost import (  # noqa: F401
+    RefreshDecision,
+    RefreshEstimate,
+    choose_refresh,
 )
 from lakehouse.gold.delta import (  # noqa: F401
     ensure_subscription_table,

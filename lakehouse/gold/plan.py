@@ -20,6 +20,9 @@ LITERAL_KEY_LIMIT = 1000
 #: past it instead of shuffling every target row (measured: a 4k-row gold MERGE into 1M rows
 #: 5.1-6.5 s as a shuffle join, 3.5-4.2 s broadcast).
 BROADCAST_ROW_LIMIT = 200_000
+#: Up to this many keys are collected to the driver to build pruning ranges (`layout.key_ranges`);
+#: more are reduced to ranges in Spark.
+KEY_COLLECT_LIMIT = 200_000
 ROW_HASH = "_row_hash"
 JOIN_TYPES = {"inner": "inner", "left": "left", "outer": "full"}
 

@@ -30,9 +30,10 @@ from lakehouse.gold.frames import (
     recompute_differences,
     subscription_updates,
 )
-from lakehouse.gold.layout import clustered, count_and_ranges, range_predicate
+from lakehouse.gold.layout import KeyRange, clustered, count_and_ranges, range_predicate
 from lakehouse.gold.plan import (
     BROADCAST_ROW_LIMIT,
+    KEY_COLLECT_LIMIT,
     LITERAL_KEY_LIMIT,
     ViewPlan,
     view_plan,
@@ -259,7 +260,7 @@ def _maintain_subscriptions(
         table = subscription_table(pipeline, left, fk.name)
         # computed once (MERGE then reads it twice without copying it first)
         updates = subscription_updates(changes[left.name], left, fk).localCheckpoint(eager=True)
-        rows = updates.count()
+        rows, ranges = count_and_ranges(updates, left.primary_key[0], KEY_COLLECT_LIMIT)
         if rows == 0:
             continue
         if tables_may_be_empty and num_files(session, table) == 0:
@@ -268,7 +269,7 @@ def _maintain_subscriptions(
             continue
         if rows <= BROADCAST_ROW_LIMIT:
             updates = F.broadcast(updates)
-        metrics = merge_subscriptions(session, table, updates, left, fk, app_id(table) if app_id else None, version)
+        metrics = merge_subscriptions(session, table, updates, left, fk, app_id(table) if app_id else None, version, ranges)
         written += metrics["inserted"] + metrics["updated"] + metrics["deleted"]
     return written, time.monotonic() - started
 
@@ -326,14 +327,7 @@ def _refresh_gold(
         if decision.path == "recompute":
             return _by_recompute(session, pipeline, plan, target, txn, version, decision, stats, clock)
         stats.update(path="incremental", reason=decision.reason)
-        base_current = session.read.table(silver_current_table(pipeline, base))
-        base_current = base_current.where(range_predicate(F.col(base.primary_key[0]), ranges)).join(
-            keys, list(base.primary_key), "left_semi"
-        )
-        live = {s.name: live_rows(session, pipeline, s) for s in plan.sources}
-        result = join_view(plan, live, keys, base_live=base_current.where(~F.col("_deleted")))
-        # computed once: MERGE reads its source twice (find touched files, then write)
-        source = gold_merge_source(plan, keys, result, base_current).localCheckpoint(eager=True)
+        source = _keys_merge_source(session, pipeline, plan, keys, ranges)
         if count <= BROADCAST_ROW_LIMIT:  # one source row per affected key
             source = F.broadcast(source)
         clock.lap("recompute")
@@ -344,8 +338,20 @@ def _refresh_gold(
     return stats
 
 
-#: Up to this many affected keys are collected to the driver to build the pruning ranges.
-KEY_COLLECT_LIMIT = 200_000
+def _keys_merge_source(
+    session: SparkSession, pipeline: Pipeline, plan: ViewPlan, keys: DataFrame, ranges: Sequence[KeyRange]
+) -> DataFrame:
+    """The incremental path's MERGE source: the view recomputed for the affected keys (their
+    base rows read through the key ranges, so Delta skips the other files), computed once."""
+    base = plan.base.source
+    base_current = session.read.table(silver_current_table(pipeline, base))
+    base_current = base_current.where(range_predicate(F.col(base.primary_key[0]), ranges)).join(
+        keys, list(base.primary_key), "left_semi"
+    )
+    live = {s.name: live_rows(session, pipeline, s) for s in plan.sources}
+    result = join_view(plan, live, keys, base_live=base_current.where(~F.col("_deleted")))
+    # computed once: MERGE reads its source twice (find touched files, then write)
+    return gold_merge_source(plan, keys, result, base_current).localCheckpoint(eager=True)
 
 
 class _Clock:
@@ -363,9 +369,11 @@ class _Clock:
 
 def _sizes(session: SparkSession, pipeline: Pipeline, plan: ViewPlan, target: str) -> tuple[int, int, int]:
     """(gold rows, source rows, parent rows) for the cost model, from the tables' statistics."""
-    rows = {s.name: table_rows(session, silver_current_table(pipeline, s)) for s in plan.sources}
+    names = [silver_current_table(pipeline, s) for s in plan.sources]
+    counts = table_rows(session, [target] + names)
+    rows = dict(zip([s.name for s in plan.sources], counts[1:]))
     parents = sum(n for name, n in rows.items() if name != plan.base.source.name)
-    return table_rows(session, target), sum(rows.values()), parents
+    return counts[0], sum(rows.values()), parents
 
 
 def _by_recompute(
@@ -421,7 +429,7 @@ def append_to_empty_gold(
     target = gold_table(pipeline, plan.view.name)
     table = DeltaTable.forName(session, target)
     before = table.history(1).first()["version"]
-    rows = table_rows(session, silver_current_table(pipeline, plan.base.source))  # about one gold row each
+    (rows,) = table_rows(session, [silver_current_table(pipeline, plan.base.source)])  # about one gold row each
     view_rows = clustered(full_recompute(session, pipeline, plan.view.name), plan.key_columns, rows)
     with delta_txn(session, app_id, version):
         view_rows.write.format("delta").mode("append").saveAsTable(target)
