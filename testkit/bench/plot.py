@@ -33,14 +33,14 @@ def plot_gold(results: Sequence[dict[str, Any]], out: Path, machine: str | None 
                 continue
             scale = f"{res['fact_rows'] / 1e6:g}M rows"
             xs = [r["fraction"] * 100 for r in runs]
-            ax.plot(xs, [r["full_recompute_s"] for r in runs], style, color="tab:red", label=f"full recompute, {scale}")
+            ax.plot(xs, [r["full_recompute_s"] for r in runs], style, color="tab:red", marker="x", label=f"full recompute, {scale}")
             ax.plot(xs, [r["gold_s"] for r in runs], style, color="tab:blue", label=f"gold (auto), {scale}")
             for x, r in zip(xs, runs):  # the path the cost model took
                 marker = "o" if r["path"] == "incremental" else "s"
                 ax.plot([x], [r["gold_s"]], marker, color="tab:blue", markersize=6, markerfacecolor="white")
         ax.set_xscale("log")
         ax.set_yscale("log")
-        ax.set_title(f"{workload}  (o incremental, \u25a1 recompute)", fontsize=10)
+        ax.set_title(f"{workload}  (gold: o incremental, \u25a1 recompute)", fontsize=10)
         ax.set_xlabel("changed share of the fact table, %")
         ax.set_ylabel("seconds per batch")
         ax.grid(True, which="both", alpha=0.3)

@@ -419,6 +419,7 @@ def test_bench_gold_smoke(spark, lake: Path, shop_pipeline: Pipeline):
     assert all(size["rows"] > 0 for size in result["subscriptions"].values())
 
 
+@pytest.mark.long
 def test_the_cost_model_recomputes_a_batch_that_changes_most_rows_and_the_change_feed_stays_exact(
     spark, lake: Path, shop_pipeline: Pipeline
 ):

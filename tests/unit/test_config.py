@@ -86,6 +86,7 @@ def test_a_good_file_has_no_problems():
         pytest.param(("    primary_key: [id]\n    columns:\n      id: bigint\n      customer_id", "    primary_key: 7\n    columns:\n      id: bigint\n      customer_id"), 11, "sources.orders.primary_key: expected a non-empty list of column names, got a number 7", id="wrong-type-primary-key"),
         pytest.param(("kafka:\n", "kafka:\n  max_offsets_per_trigger: lots\n"), 3, "kafka.max_offsets_per_trigger: expected a whole number >= 1", id="wrong-type-number"),
         pytest.param(("  topic_prefix: shop\n", "  topic_prefix: shop\n  topic_prefx: x\n"), 4, "kafka.topic_prefx: unknown field 'topic_prefx'", id="misspelt-field"),
+        pytest.param(("kafka:\n", "options:\n  gold_refresh: sometimes\nkafka:\n"), 3, "options.gold_refresh: expected one of auto, incremental, recompute", id="gold-refresh-mode"),
         pytest.param(("order_id: orders.id\n", ""), 23, "must select the base table's primary key column orders.id", id="view-without-key"),
         pytest.param(("      customer_id: bigint\n", "      customer_id: string\n"), 17, "column 'customer_id' is string but customers.id is bigint", id="fk-type-mismatch"),
         pytest.param(("  customers:\n    primary_key: [id]", "  customers:\n    primary_key: [id, id]"), 6, "a primary key column is listed twice", id="duplicate-pk-column"),
