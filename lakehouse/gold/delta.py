@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
@@ -192,12 +192,6 @@ def merge_into_gold(
     )
     with delta_txn(session, app_id, version):
         return _metrics(merge.execute())
-
-
-def last_operation_metrics(session: SparkSession, table: str) -> dict[str, int]:
-    """Delta's own figures for the table's last commit (files read, touched, rows rewritten)."""
-    row = session.sql(f"DESCRIBE HISTORY {table} LIMIT 1").first()
-    return {k: int(v) for k, v in (row["operationMetrics"] or {}).items() if str(v).isdigit()}
 
 
 def table_rows(session: SparkSession, tables: Sequence[str]) -> list[int]:

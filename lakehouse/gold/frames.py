@@ -255,8 +255,6 @@ def gold_merge_source(plan: ViewPlan, keys: DataFrame, result: DataFrame, base_c
     )
 
 
-
-
 def recompute_differences(plan: ViewPlan, view_rows: DataFrame, gold: DataFrame) -> DataFrame:
     """The MERGE source of a recompute: what `gold_merge_source` would hold had every key been
     affected, less the rows gold already holds unchanged.
