@@ -453,3 +453,14 @@ def test_the_cost_model_recomputes_a_batch_that_changes_most_rows_and_the_change
     assert {c["order_id"] for c in changes if c["_change_type"] == "update_postimage"} == set(range(100, 115))
     assert all(c["customer_name"] == "Ann" for c in changes if c["_change_type"] == "update_postimage")
     assert_gold_equals_oracle(spark, pipeline, ["orders_enriched"])
+
+
+def test_key_ranges_computed_in_spark_equal_those_computed_on_the_driver(spark):
+    """`key_ranges_of` (for more keys than are worth collecting) cuts at the same widest gaps."""
+    from lakehouse.gold.layout import count_and_ranges, key_ranges, key_ranges_of
+
+    values = list(range(950, 1000)) + [3, 4, 5, 400, 401, 700]
+    df = spark.createDataFrame([(v, v % 3) for v in values], "k bigint, other int")
+    assert key_ranges_of(df, "k", max_ranges=4) == key_ranges(values, max_ranges=4) == [(3, 5), (400, 401), (700, 700), (950, 999)]
+    assert count_and_ranges(df, "k", collect_limit=10) == (len(values), key_ranges_of(df, "k"))
+    assert count_and_ranges(df, "k", collect_limit=1000) == (len(values), key_ranges(values))
