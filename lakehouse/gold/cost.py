@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lakehouse.declaration import REFRESH_MODES
+from lakehouse.errors import PipelineConfigError
 
 #: One affected key costs about this many source-row reads on the incremental path: its base
 #: rows found by key (a range-pruned scan), joined, hashed, and its gold row looked up by the MERGE.
@@ -51,7 +52,7 @@ class RefreshDecision:
 def forced_refresh(mode: str) -> RefreshDecision | None:
     """The path `options.gold_refresh` fixes, or None when it is `auto` (the cost model picks)."""
     if mode not in REFRESH_MODES:
-        raise ValueError(f"gold refresh mode must be one of {REFRESH_MODES}, got {mode!r}")
+        raise PipelineConfigError(f"options.gold_refresh must be one of {', '.join(REFRESH_MODES)}, got {mode!r}")
     return None if mode == "auto" else RefreshDecision(mode, f"options.gold_refresh is {mode}")
 
 

@@ -54,8 +54,7 @@ def key_ranges(values: Iterable[Any], max_ranges: int = MAX_RANGES) -> list[KeyR
     Numbers, dates and timestamps are split at the largest gaps; other types (strings) at
     evenly spaced positions of the sorted values, which still covers every value.
     """
-    if max_ranges < 1:
-        raise ValueError(f"max_ranges must be >= 1, got {max_ranges}")
+    assert max_ranges >= 1, max_ranges
     ordered = sorted({v for v in values if v is not None})
     if not ordered:
         return []

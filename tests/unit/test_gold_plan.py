@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from lakehouse.declaration import Pipeline
+from lakehouse.errors import PipelineConfigError
 from lakehouse.gold import (
     view_plan,
 )
@@ -88,3 +91,5 @@ def test_the_cost_model_picks_the_cheaper_path_and_says_why():
     assert choose_refresh(RefreshEstimate(300_000, 1_000_000, 1_210_000, 210_000), keys_are_a_lower_bound=True).path == "recompute"
     assert forced_refresh("auto") is None
     assert forced_refresh("recompute").path == "recompute"
+    with pytest.raises(PipelineConfigError, match="options.gold_refresh must be one of auto, incremental, recompute"):
+        forced_refresh("sometimes")
