@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Callable, Sequence
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
@@ -90,6 +90,16 @@ def ensure_gold_table(spark: SparkSession, pipeline: Pipeline, plan: ViewPlan) -
     return name
 
 
+def _target_matches(key: Sequence[str], key_ranges: Sequence[KeyRange] | None = None) -> Column:
+    """A MERGE's condition: target `t` and source `s` equal on `key`; with `key_ranges` (covering
+    the source's first key column) also a literal predicate on the target, so Delta skips its
+    files by their statistics."""
+    on = F.expr(" AND ".join(f"t.{quote(c)} = s.{quote(c)}" for c in key))
+    if key_ranges is not None:
+        on = on & range_predicate(F.col(f"t.{quote(key[0])}"), key_ranges)
+    return on
+
+
 def merge_subscriptions(
     session: SparkSession,
     table: str,
@@ -106,9 +116,7 @@ def merge_subscriptions(
     from delta.tables import DeltaTable
 
     cols = subscription_columns(source, fk)
-    on = F.expr(" AND ".join(f"t.{quote(c)} = s.{quote(c)}" for c in source.primary_key))
-    if key_ranges is not None:
-        on = on & range_predicate(F.col(f"t.{quote(source.primary_key[0])}"), key_ranges)
+    on = _target_matches(source.primary_key, key_ranges)
     values = {c: f"s.{quote(c)}" for c in cols + ("_left_hash", "_sequence")}
     merge = (
         DeltaTable.forName(session, table)
@@ -145,7 +153,7 @@ def fill_subscriptions(
 
     cols = subscription_columns(source, fk) + ("_left_hash", "_sequence")
     subscribed = clustered(updates.where(~F.col("_remove")).select(*cols), fk.columns, rows)
-    on = " AND ".join(f"t.{quote(c)} = s.{quote(c)}" for c in source.primary_key)
+    on = _target_matches(source.primary_key)
     values = {c: f"s.{quote(c)}" for c in cols}
     merge = DeltaTable.forName(session, table).alias("t").merge(subscribed.alias("s"), on).whenNotMatchedInsert(values=values)
     try:
@@ -174,9 +182,7 @@ def merge_into_gold(
     """
     from delta.tables import DeltaTable
 
-    on = F.expr(" AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in plan.key_columns))
-    if key_ranges is not None:
-        on = on & range_predicate(F.col(f"t.{quote(plan.key_columns[0])}"), key_ranges)
+    on = _target_matches(plan.key_columns, key_ranges)
     base_seq = f"t.{quote(plan.base.gold_seq)}"
     guard = f"(s._guard_seq IS NULL OR {base_seq} IS NULL OR s._guard_seq >= {base_seq})"
     hashes = [ROW_HASH] + [a.gold_hash for a in plan.aliases]

@@ -89,7 +89,8 @@ def ranges_from_cuts(lo: Any, hi: Any, cuts: Sequence[tuple[Any, Any]]) -> list[
 
 def key_ranges_of(keys: DataFrame, column: str, max_ranges: int = MAX_RANGES) -> list[KeyRange]:
     """`key_ranges` of a DataFrame column computed in Spark (for more keys than are worth
-    collecting): the `max_ranges - 1` widest gaps between neighbouring distinct values, one job."""
+    collecting): the `max_ranges - 1` widest gaps between neighbouring distinct values (two
+    jobs: the bounds, then the gaps)."""
     values = keys.select(F.col(column).alias("_k")).where(F.col("_k").isNotNull()).distinct()
     neighbours = values.withColumn("_prev", F.lag("_k").over(Window.orderBy("_k")))
     bounds = values.agg(F.min("_k").alias("lo"), F.max("_k").alias("hi")).first()
