@@ -21,6 +21,7 @@ import signal
 import subprocess
 import time
 import uuid
+from typing import Any
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -469,3 +470,19 @@ def create_topics(bootstrap: str, topics: list[str], partitions: int = 1) -> Non
             failures.append(f"{topic}: {exc!r}")
     if failures:
         raise StackError(f"could not create Kafka topics on {bootstrap}: " + "; ".join(failures))
+    _wait_until_listed(admin, topics, bootstrap)
+
+
+def _wait_until_listed(admin: Any, topics: list[str], bootstrap: str, timeout_s: float = 15.0) -> None:
+    """Wait until the broker's metadata lists `topics`: a created topic's future completes when
+    the controller has it, a moment before the broker answers metadata requests with it (so a
+    client asking right away, such as bronze's undeclared-topics check, would not see it)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        listed = admin.list_topics(timeout=10).topics
+        missing = [t for t in topics if t not in listed]
+        if not missing:
+            return
+        if time.monotonic() > deadline:
+            raise StackError(f"topics {missing} were created on {bootstrap} but are not listed after {timeout_s:.0f} s")
+        time.sleep(0.1)
