@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from lakehouse.entry import STAGES, TRIGGERS, exit_code
-from lakehouse.errors import CdcEnrichError
+from lakehouse.errors import CdcEnrichError, PipelineConfigError
 from lakehouse.paths import REPO_ROOT, lake_root
 from cdc_enrich.render import render_rows, show_query  # noqa: F401 (part of the CLI's API)
 
@@ -162,14 +162,26 @@ def _simulate_postgres(args: argparse.Namespace, pipeline: Any) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    """Run pipeline stages: bronze ingest, silver apply, gold refresh, quality checks."""
+    """Run pipeline stages: bronze ingest, silver apply, gold refresh, quality checks; or, with
+    --continuous, bronze, silver and gold together until SIGTERM or Ctrl-C."""
     pipeline = _pipeline(args)
+    if args.continuous and args.stage != "all":
+        raise PipelineConfigError("--continuous runs every streaming stage together; drop --stage")
     stages = STAGES if args.stage == "all" else (args.stage,)
+    bootstrap = _bootstrap(args, pipeline) if args.continuous else None
     spark = _spark(args)
     from lakehouse.spark import ensure_schemas
 
     ensure_schemas(spark, pipeline)
     lake = lake_root(args.lake)
+    if args.continuous:
+        from lakehouse.entry import run_continuously
+
+        report = run_continuously(
+            spark, pipeline, lake, bootstrap=bootstrap, timeout_s=args.timeout, progress=lambda m: _say(f"  {m}")
+        )
+        _say(report.render())
+        return 0
     failed = []
     for stage in stages:
         started = time.monotonic()
@@ -347,6 +359,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", parents=[common, with_pipeline, kafka], help="run pipeline stages", description=cmd_run.__doc__)
     p.add_argument("--stage", choices=("all",) + STAGES, default="all")
     p.add_argument("--trigger", choices=TRIGGERS, help="default: the pipeline's options.trigger")
+    p.add_argument("--continuous", action="store_true",
+                   help="bronze, silver and gold queries together, each on its interval (options.intervals), until SIGTERM or Ctrl-C")
+    p.add_argument("--timeout", type=float, help="with --continuous: stop cleanly after this many seconds")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("verify", parents=[common, with_pipeline], help="compare gold with the oracle join", description=cmd_verify.__doc__)

@@ -7,12 +7,15 @@ stage function runs a stage, and how an error becomes an exit code (configuratio
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from lakehouse.declaration import Pipeline, load_pipeline
 from lakehouse.errors import CdcEnrichError, PipelineConfigError
@@ -103,6 +106,42 @@ def run_stage(
 
         return run_quality(spark, pipeline, lake)
     raise PipelineConfigError(f"unknown stage {stage!r}; expected one of {', '.join(STAGES)}")
+
+
+@contextlib.contextmanager
+def stop_on_signals(signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT)) -> Iterator[threading.Event]:
+    """An event that SIGTERM (what Databricks and systemd send to stop a job) or Ctrl-C sets, for
+    a continuous run to stop between micro-batches; the previous handlers come back afterwards.
+    Outside the main thread (where Python allows no handlers) the event is only set by hand."""
+    stop = threading.Event()
+    previous: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in signals:
+            previous[sig] = signal.signal(sig, lambda *_: stop.set())
+    try:
+        yield stop
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def run_continuously(
+    spark: Any,
+    pipeline: Pipeline,
+    lake: Path,
+    *,
+    bootstrap: str | None = None,
+    timeout_s: float | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> Any:
+    """Every stage's queries at once until SIGTERM, Ctrl-C or `timeout_s`, then a clean stop
+    (`lakehouse.continuous`); returns its ContinuousReport. The CLI's `run --continuous` and the
+    bundle's continuous job call this."""
+    from lakehouse.continuous import run_continuous
+
+    servers = bootstrap or resolve_bootstrap(None, pipeline, lake).servers
+    with stop_on_signals() as stop:
+        return run_continuous(spark, pipeline, lake, servers, progress=progress, stop=stop, timeout_s=timeout_s)
 
 
 def exit_code(exc: BaseException) -> int:

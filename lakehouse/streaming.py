@@ -11,12 +11,13 @@ runs on Databricks serverless as well as locally.
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from lakehouse.errors import CdcEnrichError, PipelineConfigError, StreamError
+from lakehouse.errors import CdcEnrichError, PipelineConfigError, StreamError, TableLayoutError, UnknownNameError
 
 AVAILABLE_NOW = "available_now"
 PROCESSING_TIME = "processing_time"
@@ -28,6 +29,45 @@ TRIGGERS = (AVAILABLE_NOW, PROCESSING_TIME)
 # It happens after the batch is written and committed, so restarting the query is safe.
 KAFKA_METRICS_NPE = ('"scala.Option.get()" is null', "IterableOps.map")
 MAX_RESTARTS = 3
+STOP_GRACE_S = 120.0  # how long a graceful stop waits for a running micro-batch to finish
+
+
+@dataclass(frozen=True)
+class RestartPolicy:
+    """Which failed queries are started again, and how often.
+
+    The default restarts only the known Spark bug (a drain must fail loudly); a continuous run
+    restarts any failure except the project's own errors (a bad pipeline or table will not heal),
+    waiting `backoff_s * 2**n` (capped at `max_backoff_s`) and giving up after `max_restarts`
+    failures in a row; a batch that completes after a restart resets the count.
+    """
+
+    any_failure: bool = False
+    max_restarts: int = MAX_RESTARTS
+    backoff_s: float = 0.0
+    max_backoff_s: float = 60.0
+
+    def allows(self, exc: BaseException, restarts: int) -> bool:
+        if restarts >= self.max_restarts:
+            return False
+        if is_known_spark_bug(exc):
+            return True
+        return self.any_failure and not isinstance(exc, CdcEnrichError) and not _project_error_inside(exc)
+
+    def wait_s(self, restarts: int) -> float:
+        return min(self.max_backoff_s, self.backoff_s * (2 ** restarts)) if self.backoff_s else 0.0
+
+
+DRAIN_POLICY = RestartPolicy()
+CONTINUOUS_POLICY = RestartPolicy(any_failure=True, max_restarts=5, backoff_s=2.0)
+
+
+def _project_error_inside(exc: BaseException) -> bool:
+    """Whether a foreachBatch failure wraps a project error that a restart cannot heal (a bad
+    pipeline or table layout). Spark rewraps the batch function's Python exception; its class
+    name survives in the message."""
+    text = str(exc)
+    return any(cls.__name__ in text for cls in (PipelineConfigError, UnknownNameError, TableLayoutError))
 
 Say = Callable[[str], None]
 
@@ -83,6 +123,7 @@ class StreamSpec:
     prepare: Callable[[], None] = _nothing
     started: Callable[[str], None] = _nothing
     failure: Callable[[BaseException], str] | None = None
+    processing_time: str | None = None  # this query's interval (processing_time); None: the run's
 
     def failed(self, exc: BaseException) -> StreamError:
         """The project's error for a query of this stream that failed with `exc`."""
@@ -97,12 +138,15 @@ class StreamSpec:
 class Stream:
     """One running query of a StreamSpec, restartable on the known Spark bug."""
 
-    def __init__(self, spec: StreamSpec, trigger: str, processing_time: str) -> None:
+    def __init__(self, spec: StreamSpec, trigger: str, processing_time: str, policy: RestartPolicy = DRAIN_POLICY) -> None:
         self.spec = spec
         self.trigger = trigger
-        self.processing_time = processing_time
+        self.processing_time = spec.processing_time or processing_time
+        self.policy = policy
         self.query: Any = None
-        self.restarts = 0
+        self.restarts = 0  # failures in a row (a completed batch after a restart resets it)
+        self.total_restarts = 0
+        self.restarted_at_batch: int | None = None
 
     def start(self) -> None:
         """Build the writer, set checkpoint, name and trigger, start it, tell the handler its id."""
@@ -125,22 +169,45 @@ class Stream:
             self.query.stop()
 
     def restartable(self, exc: BaseException) -> bool:
-        """The known bug, and restarts left."""
-        return self.restarts < MAX_RESTARTS and is_known_spark_bug(exc)
+        """Whether the policy starts this query again after `exc`."""
+        return self.policy.allows(exc, self.restarts)
 
-    def poll(self, say: Say) -> bool:
-        """Wait up to a second: True once the query has terminated; restarts it after the known
-        bug; any other failure raises the project's error."""
+    def batch_id(self) -> int | None:
+        """The last completed batch's id (None before the first, or for a fake query)."""
+        progress = getattr(self.query, "lastProgress", None)
+        return progress.get("batchId") if isinstance(progress, dict) else None
+
+    def busy(self) -> bool:
+        """Whether a micro-batch is running now (a graceful stop waits for it)."""
+        status = getattr(self.query, "status", None)
+        return bool(status.get("isTriggerActive")) if isinstance(status, dict) else False
+
+    def poll(self, say: Say, wait_s: float = 1.0) -> bool:
+        """Wait up to `wait_s`: True once the query has terminated; restarts it when the policy
+        allows (after its backoff); any other failure raises the project's error."""
         try:
-            return bool(self.query.awaitTermination(1))
+            done = bool(self.query.awaitTermination(wait_s))
         except Exception as exc:  # noqa: BLE001 - StreamingQueryException
             if not self.restartable(exc):
                 raise self.spec.failed(exc) from exc
+            self._restart(exc, say)
+            return False
+        if self.restarts and self.batch_id() not in (None, self.restarted_at_batch):
+            self.restarts = 0  # it made progress since its last restart
+        return done
+
+    def _restart(self, exc: BaseException, say: Say) -> None:
+        wait = self.policy.wait_s(self.restarts)
         self.restarts += 1
-        say(f"{self.spec.name}: restarting after Spark's Kafka metrics NPE "
-            f"(SPARK-55271; the replayed batch is already committed)")
+        self.total_restarts += 1
+        why = ("Spark's Kafka metrics NPE (SPARK-55271; the replayed batch is already committed)"
+               if is_known_spark_bug(exc) else first_line(exc))
+        say(f"{self.spec.name}: restarting (attempt {self.restarts} of {self.policy.max_restarts}"
+            f"{f', in {wait:.0f}s' if wait else ''}) after {why}")
+        if wait:
+            time.sleep(wait)
         self.start()
-        return False
+        self.restarted_at_batch = self.batch_id()
 
 
 def _deadline(trigger: str, timeout_s: float | None) -> float | None:
@@ -150,15 +217,35 @@ def _deadline(trigger: str, timeout_s: float | None) -> float | None:
     return time.monotonic() + timeout_s
 
 
-def await_streams(streams: Sequence[Stream], deadline: float | None, say: Say = _quiet) -> None:
-    """Wait for every query to terminate, or until `deadline`; a failure raises (restarts aside)."""
+def await_streams(
+    streams: Sequence[Stream], deadline: float | None, say: Say = _quiet, stop: threading.Event | None = None
+) -> None:
+    """Wait for every query to terminate, until `deadline`, or until `stop` is set; a failure
+    raises (restarts aside). Each query is polled for a fraction of a second in turn, so one
+    query's failure is seen within about a second whatever the number of queries."""
     pending = list(streams)
+    wait_s = max(0.1, 1.0 / max(1, len(pending)))
     while pending:
         for stream in list(pending):
             if deadline is not None and time.monotonic() >= deadline:
                 return
-            if stream.poll(say):
+            if stop is not None and stop.is_set():
+                return
+            if stream.poll(say, wait_s):
                 pending.remove(stream)
+
+
+def stop_gracefully(streams: Sequence[Stream], grace_s: float = STOP_GRACE_S, say: Say = _quiet) -> None:
+    """Stop every query between micro-batches: wait (up to `grace_s` in all) for running batches
+    to finish, then stop. A batch cut short anyway is replayed from the checkpoint on the next
+    start, and its writes' Delta txn ids make the replay write nothing twice."""
+    deadline = time.monotonic() + grace_s
+    for stream in streams:
+        while stream.query is not None and stream.query.isActive and stream.busy() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if stream.busy():
+            say(f"{stream.spec.name}: stopping mid-batch after {grace_s:.0f}s (the batch is replayed on restart)")
+    stop_streams(streams)
 
 
 def stop_streams(streams: Sequence[Stream]) -> None:
@@ -180,27 +267,35 @@ def run_streams(
     *,
     timeout_s: float | None = None,
     say: Say | None = None,
-) -> None:
+    policy: RestartPolicy = DRAIN_POLICY,
+    stop: threading.Event | None = None,
+) -> list[Stream]:
     """Start `specs` together (in order, each prepared just before its start), wait, stop them all.
 
     available_now: returns when every query has drained what its source held at start.
-    processing_time: runs until `timeout_s` (None: until stopped, e.g. Ctrl-C). A query that
-    fails (other than of the known Spark bug, restarted) stops every other and raises its
-    StreamError; KeyboardInterrupt stops them all and propagates. `say` gets the restart lines.
+    processing_time: runs until `timeout_s`, or until `stop` is set (a signal handler sets it),
+    then stops every query between batches (`stop_gracefully`); each spec may carry its own
+    interval. A query that fails and that `policy` does not restart stops every other and
+    raises its StreamError; KeyboardInterrupt stops them all and propagates. `say` gets the
+    restart lines. Returns the streams (their restart counts), all stopped.
     """
     check_trigger(trigger)
     streams: list[Stream] = []
     try:
         for spec in specs:
             spec.prepare()
-            stream = Stream(spec, trigger, processing_time)
+            stream = Stream(spec, trigger, processing_time, policy)
             streams.append(stream)
             stream.start()
-        await_streams(streams, _deadline(trigger, timeout_s), say or _quiet)
+        await_streams(streams, _deadline(trigger, timeout_s), say or _quiet, stop)
     except BaseException:
         _stop_after_failure(streams)
         raise
-    stop_streams(streams)
+    if trigger == AVAILABLE_NOW:
+        stop_streams(streams)
+    else:
+        stop_gracefully(streams, say=say or _quiet)
+    return streams
 
 
 def _stop_after_failure(streams: Sequence[Stream]) -> None:

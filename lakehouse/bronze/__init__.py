@@ -84,4 +84,5 @@ from lakehouse.bronze.runner import (  # noqa: F401
     counted,
     uncommitted_batch,
     run_bronze,
+    bronze_streams,
 )

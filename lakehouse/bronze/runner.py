@@ -392,6 +392,38 @@ def run_bronze(
     replayed after a crash is not written twice (commit tags, see the module docstring).
     """
     check_trigger(trigger)
+    specs, report, say = bronze_streams(
+        spark, pipeline, lake, bootstrap, max_offsets_per_trigger, progress,
+        parser=parser, undeclared_topics=undeclared_topics, checkpoint=checkpoint, trigger=trigger,
+    )
+    started = time.monotonic()
+    try:
+        run_streams(specs, trigger, pipeline.options.processing_time, timeout_s=timeout_s, say=say)
+    finally:
+        report.seconds = time.monotonic() - started
+    say(
+        f"bronze {pipeline.name}: done, {report.records} records, {report.rows} rows to bronze, "
+        f"{report.quarantined} to quarantine ({report.seconds:.1f}s)"
+    )
+    return report
+
+
+def bronze_streams(
+    spark: SparkSession,
+    pipeline: Pipeline,
+    lake: Path,
+    bootstrap: str,
+    max_offsets_per_trigger: int | None = None,
+    progress: Callable[[str], None] | None = None,
+    *,
+    parser: str = "hybrid",
+    undeclared_topics: bool = True,
+    checkpoint: Path | None = None,
+    trigger: str = "processing_time",
+) -> tuple[list[StreamSpec], BronzeReport, Callable[[str], None]]:
+    """Bronze's queries (one per source, one for undeclared topics; at bronze's interval), the
+    report their batches fill, and the progress function they use: for `run_bronze` or a
+    continuous run of every stage. Creates the bronze tables."""
     _check_choice("parser", parser, PARSERS)
     lake = Path(lake)
     base = Path(checkpoint) if checkpoint else checkpoint_dir(lake, pipeline.name, STREAM)
@@ -427,19 +459,7 @@ def run_bronze(
         f"{' + 1 for undeclared ' + pipeline.kafka.topic_prefix + '.' + pipeline.kafka.source_schema + '.* topics' if undeclared_topics else ''} "
         f"from {bootstrap}, trigger {trigger}, at most {max_offsets} records per batch, checkpoints {base}"
     )
-    started = time.monotonic()
-    try:
-        run_streams(
-            [_bronze_stream(handler, frame, base, pipeline) for handler, frame in plans],
-            trigger, pipeline.options.processing_time, timeout_s=timeout_s, say=say,
-        )
-    finally:
-        report.seconds = time.monotonic() - started
-    say(
-        f"bronze {pipeline.name}: done, {report.records} records, {report.rows} rows to bronze, "
-        f"{report.quarantined} to quarantine ({report.seconds:.1f}s)"
-    )
-    return report
+    return [_bronze_stream(handler, frame, base, pipeline) for handler, frame in plans], report, say
 
 
 def _bronze_stream(handler: _Stream, frame: DataFrame, base: Path, pipeline: Pipeline) -> StreamSpec:
@@ -467,4 +487,5 @@ def _bronze_stream(handler: _Stream, frame: DataFrame, base: Path, pipeline: Pip
         build=build,
         started=handler.bind,
         failure=failure,
+        processing_time=pipeline.options.interval("bronze"),
     )

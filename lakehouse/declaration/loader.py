@@ -21,6 +21,7 @@ from lakehouse.declaration.model import (
     STARTING_OFFSETS,
     TRIGGERS,
     REFRESH_MODES,
+    STREAM_STAGES,
     Column,
     ForeignKey,
     Join,
@@ -151,19 +152,33 @@ def _options(raw: Any, problems: Problems) -> Options:
     path = "options"
     values = _mapping(raw, path, problems, required=False)
     _unknown_keys(
-        values, ("history_retention_days", "late_grace_days", "trigger", "processing_time", "gold_refresh"), path, problems
+        values,
+        ("history_retention_days", "late_grace_days", "trigger", "processing_time", "gold_refresh", "intervals"),
+        path, problems,
     )
-    processing_time = values.get("processing_time", "10 seconds")
-    if not isinstance(processing_time, str) or not re.match(r"^\d+\s+(second|seconds|minute|minutes)$", processing_time):
-        problems.add(_join(path, "processing_time"), f"expected an interval such as '10 seconds', got {_kind(processing_time)}")
-        processing_time = "10 seconds"
+    processing_time = _interval(values.get("processing_time", "10 seconds"), _join(path, "processing_time"), problems)
+    stage_intervals = _mapping(values.get("intervals"), _join(path, "intervals"), problems, required=False)
+    _unknown_keys(stage_intervals, STREAM_STAGES, _join(path, "intervals"), problems)
+    intervals = {
+        stage: _interval(value, _join(_join(path, "intervals"), stage), problems)
+        for stage, value in stage_intervals.items() if stage in STREAM_STAGES
+    }
     return Options(
         history_retention_days=_int(values, "history_retention_days", 3650, path, problems, minimum=1),
         late_grace_days=_int(values, "late_grace_days", 30, path, problems, minimum=0),
         trigger=_choice(values, "trigger", TRIGGERS, "available_now", path, problems),
         processing_time=processing_time,
         gold_refresh=_choice(values, "gold_refresh", REFRESH_MODES, "auto", path, problems),
+        intervals=intervals,
     )
+
+
+def _interval(value: Any, where: str, problems: Problems) -> str:
+    """A processing-time interval such as '10 seconds' (the default when it is not one)."""
+    if not isinstance(value, str) or not re.match(r"^\d+\s+(second|seconds|minute|minutes)$", value):
+        problems.add(where, f"expected an interval such as '10 seconds', got {_kind(value)}")
+        return "10 seconds"
+    return value
 
 
 _SOURCE_FIELDS = ("topic", "primary_key", "columns", "sequence", "kind", "replica_identity", "foreign_keys")

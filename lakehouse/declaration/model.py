@@ -202,6 +202,8 @@ class TableNames:
 
 #: How gold batches are refreshed (`options.gold_refresh`; `lakehouse.gold.cost` picks under auto).
 REFRESH_MODES = ("auto", "incremental", "recompute")
+#: The stages whose queries take a processing-time interval of their own (`options.intervals`).
+STREAM_STAGES = ("bronze", "silver", "gold")
 
 
 @dataclass(frozen=True)
@@ -211,6 +213,11 @@ class Options:
     trigger: str = "available_now"
     processing_time: str = "10 seconds"
     gold_refresh: str = "auto"  # auto (a cost model picks per batch) | incremental | recompute
+    intervals: Mapping[str, str] = field(default_factory=dict)  # stage -> its own processing_time
+
+    def interval(self, stage: str) -> str:
+        """A stage's processing-time interval: its own under `options.intervals`, else `processing_time`."""
+        return self.intervals.get(stage, self.processing_time)
 
 
 @dataclass(frozen=True)

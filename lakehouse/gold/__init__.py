@@ -133,6 +133,7 @@ from lakehouse.gold.runner import (  # noqa: F401
     prepare_view,
     start_view,
     run_gold,
+    gold_streams,
 )
 from lakehouse.gold.recompute import (  # noqa: F401
     full_recompute,

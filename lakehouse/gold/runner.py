@@ -477,6 +477,7 @@ def view_stream(
         build=lambda: change_stream(spark, pipeline, plan).writeStream.foreachBatch(maintainer),
         prepare=(lambda: prepare_view(spark, pipeline, plan)) if prepare else (lambda: None),
         started=maintainer.started,
+        processing_time=pipeline.options.interval("gold"),
     )
 
 
@@ -512,25 +513,53 @@ def run_gold(
     tables), and returns. `processing_time` runs every view's query together until `timeout_s`
     (None: until stopped); a failing one stops the others and raises.
     """
+    check_trigger(trigger)
+    if trigger == "available_now":
+        # one view after another: views may share subscription tables
+        report = GoldReport()
+        for name in _view_names(pipeline, views):
+            specs, one = gold_streams(spark, pipeline, lake, [name], progress)
+            report.views.update(one.views)
+            if specs:
+                run_streams(specs, trigger, pipeline.options.processing_time, say=progress)
+        return report
+    specs, report = gold_streams(spark, pipeline, lake, views, progress)
+    if specs:
+        run_streams(specs, trigger, pipeline.options.processing_time, timeout_s=timeout_s, say=progress)
+    return report
+
+
+def _view_names(pipeline: Pipeline, views: Sequence[str] | None) -> list[str]:
+    """The named views (all when None); an unknown name is an UnknownNameError."""
     names = list(views) if views else list(pipeline.views)
     unknown = [v for v in names if v not in pipeline.views]
     if unknown:
         raise UnknownNameError(f"pipeline {pipeline.name!r} has no view(s) {unknown}; declared: {', '.join(pipeline.views)}")
-    check_trigger(trigger)
+    return names
+
+
+def gold_streams(
+    spark: SparkSession,
+    pipeline: Pipeline,
+    lake: Path,
+    views: Sequence[str] | None = None,
+    progress: Callable[[str], None] | None = None,
+    *,
+    wait_for_silver: bool = False,
+) -> tuple[list[StreamSpec], GoldReport]:
+    """Gold's queries (one per view, at gold's interval) and the report their batches fill.
+
+    A view whose silver tables do not exist yet is skipped and says so, unless
+    `wait_for_silver` (a continuous run, where silver's queries create them before gold's start).
+    """
     report = GoldReport()
     specs = []
-    for name in names:
+    for name in _view_names(pipeline, views):
         run = report.views.setdefault(name, ViewRun(name))
-        if _skipped(spark, pipeline, name, run, progress):
+        if not wait_for_silver and _skipped(spark, pipeline, name, run, progress):
             continue
-        spec = view_stream(spark, pipeline, lake, name, run, progress, prepare=True)
-        if trigger == "available_now":
-            run_streams([spec], trigger, pipeline.options.processing_time, say=progress)
-        else:
-            specs.append(spec)
-    if specs:
-        run_streams(specs, trigger, pipeline.options.processing_time, timeout_s=timeout_s, say=progress)
-    return report
+        specs.append(view_stream(spark, pipeline, lake, name, run, progress, prepare=True))
+    return specs, report
 
 
 def _skipped(

@@ -139,6 +139,7 @@ from lakehouse.silver.runner import (  # noqa: F401
     stream_app_id,
     silver_checkpoint,
     run_silver,
+    silver_streams,
 )
 from lakehouse.silver.reads import (  # noqa: F401
     as_of,

@@ -58,11 +58,23 @@ def run_silver(
     (`options.processing_time`; runs until stopped, or `timeout_s`). `progress(message)` gets
     one line per batch. Each source's tables are created just before its query starts.
     """
-    names = sources or list(pipeline.sources)
-    report = SilverReport()
-    specs = [_silver_stream(spark, pipeline, lake, pipeline.source(name), report, progress) for name in names]
+    specs, report = silver_streams(spark, pipeline, lake, sources, progress)
     run_streams(specs, trigger, pipeline.options.processing_time, timeout_s=timeout_s, say=progress)
     return report
+
+
+def silver_streams(
+    spark: SparkSession,
+    pipeline: Pipeline,
+    lake: Path,
+    sources: list[str] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> tuple[list[StreamSpec], SilverReport]:
+    """Silver's queries (one per source, at silver's interval) and the report their batches
+    fill, for `run_silver` or a continuous run of every stage."""
+    report = SilverReport()
+    names = sources or list(pipeline.sources)
+    return [_silver_stream(spark, pipeline, lake, pipeline.source(name), report, progress) for name in names], report
 
 
 def _silver_stream(
@@ -101,4 +113,5 @@ def _silver_stream(
         checkpoint=checkpoint,
         build=build,
         prepare=prepare,
+        processing_time=pipeline.options.interval("silver"),
     )

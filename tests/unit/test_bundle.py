@@ -48,10 +48,20 @@ def test_every_job_passes_the_typed_bundle_model(path: Path, name: str, job: dic
 
 def test_every_task_entry_point_exists_and_accepts_its_parameters():
     tasks = [t for path, _, job in all_jobs() for t in job["tasks"]]
-    assert [t["task_key"] for t in tasks] == ["bronze_ingest", "silver_apply", "gold_refresh", "quality_check"]
+    assert [t["task_key"] for t in tasks] == ["bronze_ingest", "silver_apply", "gold_refresh", "quality_check", "run_continuous"]
     for path, _, job in all_jobs():
         for task in job["tasks"]:
             script = (path.parent / task["spark_python_task"]["python_file"]).resolve()
             assert script.is_file(), f"{task['task_key']}: {script} does not exist"
             module = importlib.import_module(f"jobs.{script.stem}")
             module.build_parser().parse_args(task["spark_python_task"]["parameters"])
+
+
+def test_the_continuous_job_runs_every_stage_in_one_long_running_task():
+    """The continuous job is the scheduled flow as one query set (`jobs/run_continuous.py`); it is
+    paused by default so that a deploy never runs both against one lake."""
+    jobs = {name: job for _, name, job in all_jobs()}
+    continuous = jobs["cdc_enrich_continuous"]
+    assert continuous["continuous"]["pause_status"] == "PAUSED"
+    assert "schedule" not in continuous and continuous["max_concurrent_runs"] == 1
+    assert [t["task_key"] for t in continuous["tasks"]] == ["run_continuous"]

@@ -65,6 +65,12 @@ def test_table_names_follow_catalog_and_schema():
     assert pipeline.tables.qualified("bronze", "orders") == "main.shop_bronze.orders"
 
 
+def test_each_stage_may_have_its_own_interval():
+    pipeline = parse_pipeline(GOOD.replace("kafka:\n", "options:\n  processing_time: 5 seconds\n  intervals:\n    bronze: 1 second\nkafka:\n", 1))
+    assert pipeline.options.interval("bronze") == "1 second"
+    assert pipeline.options.interval("gold") == "5 seconds"
+
+
 def test_a_good_file_has_no_problems():
     pipeline = parse_pipeline(GOOD, "good.yml")
     assert pipeline.views["orders_enriched"].joins[0].table == "customers"
@@ -87,6 +93,8 @@ def test_a_good_file_has_no_problems():
         pytest.param(("kafka:\n", "kafka:\n  max_offsets_per_trigger: lots\n"), 3, "kafka.max_offsets_per_trigger: expected a whole number >= 1", id="wrong-type-number"),
         pytest.param(("  topic_prefix: shop\n", "  topic_prefix: shop\n  topic_prefx: x\n"), 4, "kafka.topic_prefx: unknown field 'topic_prefx'", id="misspelt-field"),
         pytest.param(("kafka:\n", "options:\n  gold_refresh: sometimes\nkafka:\n"), 3, "options.gold_refresh: expected one of auto, incremental, recompute", id="gold-refresh-mode"),
+        pytest.param(("kafka:\n", "options:\n  intervals:\n    gold: soon\nkafka:\n"), 4, "options.intervals.gold: expected an interval such as '10 seconds'", id="stage-interval"),
+        pytest.param(("kafka:\n", "options:\n  intervals:\n    platinum: 1 second\nkafka:\n"), 4, "options.intervals.platinum: unknown field", id="stage-interval-unknown-stage"),
         pytest.param(("order_id: orders.id\n", ""), 23, "must select the base table's primary key column orders.id", id="view-without-key"),
         pytest.param(("      customer_id: bigint\n", "      customer_id: string\n"), 17, "column 'customer_id' is string but customers.id is bigint", id="fk-type-mismatch"),
         pytest.param(("  customers:\n    primary_key: [id]", "  customers:\n    primary_key: [id, id]"), 6, "a primary key column is listed twice", id="duplicate-pk-column"),

@@ -11,8 +11,10 @@ import pytest
 
 from lakehouse.errors import CdcEnrichError, PipelineConfigError, StreamError
 from lakehouse.streaming import (
+    CONTINUOUS_POLICY,
     KAFKA_METRICS_NPE,
     MAX_RESTARTS,
+    RestartPolicy,
     StreamSpec,
     apply_trigger,
     first_line,
@@ -173,7 +175,7 @@ def test_a_query_that_died_of_the_known_bug_is_restarted() -> None:
     run_streams([spec], "available_now", "1 second", say=said.append)
     assert log == ["build bronze p/orders", "build bronze p/orders"]  # rebuilt: the handler is reset
     assert ids == ["id-bronze p/orders"] * 2
-    assert said == ["bronze p/orders: restarting after Spark's Kafka metrics NPE "
+    assert said == ["bronze p/orders: restarting (attempt 1 of 3) after Spark's Kafka metrics NPE "
                     "(SPARK-55271; the replayed batch is already committed)"]
 
 
@@ -236,3 +238,76 @@ def test_keyboard_interrupt_stops_every_query_and_propagates() -> None:
     with pytest.raises(KeyboardInterrupt):
         run_streams(specs, "processing_time", "1 second")
     assert "stop a" in log
+
+
+# --------------------------------------------------------------------------- continuous runs
+
+
+def test_a_drain_does_not_restart_an_ordinary_failure() -> None:
+    log: list[str] = []
+    spec = fake_spec("a", [[RuntimeError("disk full")], [True]], log)
+    with pytest.raises(StreamError, match="a failed: disk full"):
+        run_streams([spec], "available_now", "1 second")
+    assert log.count("build a") == 1
+
+
+def test_a_continuous_run_restarts_any_failure_and_keeps_running() -> None:
+    log: list[str] = []
+    said: list[str] = []
+    spec = fake_spec("a", [[RuntimeError("broker gone")], [False, True]], log)
+    policy = RestartPolicy(any_failure=True, max_restarts=2)
+    streams = run_streams([spec], "processing_time", "1 second", say=said.append, policy=policy, timeout_s=5)
+    assert log.count("build a") == 2
+    assert streams[0].total_restarts == 1
+    assert said == ["a: restarting (attempt 1 of 2) after broker gone"]
+
+
+def test_a_continuous_run_gives_up_after_failures_in_a_row() -> None:
+    log: list[str] = []
+    spec = fake_spec("a", [[RuntimeError("broker gone")]] * 3, log)
+    with pytest.raises(StreamError, match="broker gone"):
+        run_streams([spec], "processing_time", "1 second", policy=RestartPolicy(any_failure=True, max_restarts=2), timeout_s=5)
+    assert log.count("build a") == 3
+
+
+def test_the_projects_own_errors_are_not_restarted() -> None:
+    """A bad pipeline or table layout does not heal by restarting; the run stops at once."""
+    log: list[str] = []
+    boom = RuntimeError("An exception was raised by the Python Proxy. PipelineConfigError: no such column")
+    spec = fake_spec("a", [[boom], [False] * 100], log)
+    with pytest.raises(StreamError, match="PipelineConfigError"):
+        run_streams([spec], "processing_time", "1 second", policy=CONTINUOUS_POLICY, timeout_s=5)
+    assert log.count("build a") == 1
+
+
+def test_backoff_doubles_and_is_capped() -> None:
+    policy = RestartPolicy(any_failure=True, max_restarts=10, backoff_s=2.0, max_backoff_s=10.0)
+    assert [policy.wait_s(n) for n in range(5)] == [2.0, 4.0, 8.0, 10.0, 10.0]
+
+
+def test_each_spec_may_carry_its_own_interval() -> None:
+    log: list[str] = []
+    writers: list[FakeWriter] = []
+
+    def build() -> FakeWriter:
+        writers.append(FakeWriter(lambda: FakeQuery([True], "a", log)))
+        return writers[-1]
+
+    spec = StreamSpec(name="a", query_name="q_a", checkpoint=Path("/cp/a"), build=build, processing_time="3 seconds")
+    run_streams([spec], "processing_time", "10 seconds", timeout_s=5)
+    assert ("trigger", {"processingTime": "3 seconds"}) in writers[0].calls
+
+
+def test_a_stop_event_stops_every_query_between_batches() -> None:
+    """What SIGTERM does in `run --continuous`: the await loop returns, each query is stopped
+    once its running batch (if any) is done."""
+    import threading
+
+    log: list[str] = []
+    stop = threading.Event()
+    specs = [fake_spec(name, [[False] * 1000], log) for name in ("a", "b")]
+    threading.Timer(0.3, stop.set).start()
+    started = time.monotonic()
+    run_streams(specs, "processing_time", "1 second", stop=stop)
+    assert time.monotonic() - started < 5
+    assert {"stop a", "stop b"} <= set(log)
