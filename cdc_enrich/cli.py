@@ -277,7 +277,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
     which = ("ingest", "silver", "gold") if args.which == "all" else (args.which,)
     for name in which:
         _say(f"bench {name}: running")
-        if name == "ingest":
+        if name == "freshness":
+            from testkit.bench.freshness import RATES, bench_freshness
+            from testkit.bench.freshness import render_table as freshness_table
+
+            rates = tuple(float(r) for r in args.rates.split(",")) if args.rates else RATES
+            results[name] = bench_freshness(spark, pipeline, lake, _bootstrap(args, pipeline), rates,
+                                            duration_s=args.duration, progress=_say)
+            _say(freshness_table(results[name]))
+        elif name == "ingest":
             from testkit.bench.ingest import bench_ingest
 
             parsers = tuple(p.strip() for p in args.parsers.split(",") if p.strip())
@@ -300,8 +308,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 kwargs["workloads"] = tuple(w.strip() for w in args.workloads.split(",") if w.strip())
             results[name] = bench_gold(spark, pipeline, lake, progress=_say, **kwargs)
             _say(render_table(results[name]))
-            if args.out:  # for `python -m testkit.bench.plot`
-                Path(args.out).write_text(json.dumps(results[name], indent=2, default=str))
+        if args.out:  # for `python -m testkit.bench.plot`
+            Path(args.out).write_text(json.dumps(results[name], indent=2, default=str))
         _say(json.dumps(results[name], indent=2, default=str))
     return 0
 
@@ -388,12 +396,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_history)
 
     p = sub.add_parser("bench", parents=[common, with_pipeline, kafka], help="benchmarks against a side-by-side baseline", description=cmd_bench.__doc__)
-    p.add_argument("which", choices=("ingest", "silver", "gold", "all"))
+    p.add_argument("which", choices=("ingest", "silver", "gold", "freshness", "all"))
     p.add_argument("--events", type=int, help="ingest: events produced; silver: changes per batch")
     p.add_argument("--rows", type=int, help="gold: fact table rows (default 1000000)")
     p.add_argument("--fractions", help="gold: comma list of changed shares of the fact table (default 0.0001,0.001,0.01,0.1,0.25)")
     p.add_argument("--workloads", help="gold: comma list of uniform, oltp, hot_parent (default all three)")
-    p.add_argument("--out", help="gold: also write the result as JSON to this file (for testkit.bench.plot)")
+    p.add_argument("--out", help="also write the result as JSON to this file (for testkit.bench.plot)")
+    p.add_argument("--rates", help="freshness: comma list of records per second (default 100,500,2000)")
+    p.add_argument("--duration", type=float, default=180, help="freshness: seconds of changes sent at each rate (default 180)")
     p.add_argument("--parsers", default="hybrid",
                    help="ingest: comma list of bronze parsers to time side by side (hybrid = the JVM decoder, "
                         "sql = the SQL pass, python); the first one's ratio is the headline")

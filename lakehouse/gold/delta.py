@@ -22,6 +22,7 @@ from lakehouse.gold.plan import (
 from lakehouse.sqltext import quote
 from lakehouse.tables import (
     delta_txn,
+    is_commit_conflict,
     gold_table,
     silver_current_table,
     subscription_table,
@@ -148,7 +149,6 @@ def fill_subscriptions(
     conflicts with another view filling the same table at the same moment: this batch is then
     applied by `merge_subscriptions` (newer sequence wins) over what the other one wrote.
     """
-    from delta.exceptions import DeltaConcurrentModificationException
     from delta.tables import DeltaTable
 
     cols = subscription_columns(source, fk) + ("_left_hash", "_sequence")
@@ -159,7 +159,9 @@ def fill_subscriptions(
     try:
         with delta_txn(session, app_id, version):
             return _metrics(merge.execute())["inserted"]
-    except DeltaConcurrentModificationException:
+    except Exception as exc:  # noqa: BLE001 - only a commit conflict is handled
+        if not is_commit_conflict(exc):
+            raise
         metrics = merge_subscriptions(session, table, updates, source, fk, app_id, version)
         return metrics["inserted"] + metrics["updated"] + metrics["deleted"]
 
@@ -208,13 +210,11 @@ def table_rows(session: SparkSession, tables: Sequence[str]) -> list[int]:
 
 def _retry_on_conflict(action: Callable[[], dict[str, int]], attempts: int = 5) -> dict[str, int]:
     """Two views may write one subscription table at once; the write is idempotent, so retry."""
-    from delta.exceptions import DeltaConcurrentModificationException
-
     for attempt in range(attempts):
         try:
             return action()
-        except DeltaConcurrentModificationException:
-            if attempt == attempts - 1:
+        except Exception as exc:  # noqa: BLE001 - only a commit conflict is retried
+            if not is_commit_conflict(exc) or attempt == attempts - 1:
                 raise
             time.sleep(0.2 * (attempt + 1))
     raise AssertionError("unreachable")

@@ -17,9 +17,11 @@ def produce(
     bootstrap: str,
     rate: float | None = None,
     progress: Callable[[int], None] | None = None,
+    sent: list[float] | None = None,
 ) -> int:
     """Produce records in order (idempotent producer, acks=all), creating topics first; returns
-    the count. `rate` caps records per second; `progress` gets the running count now and then."""
+    the count. `rate` caps records per second; `progress` gets the running count now and then;
+    `sent` gets each record's send time (epoch seconds), in order."""
     from confluent_kafka import KafkaException, Producer
 
     batch = list(records)
@@ -38,6 +40,8 @@ def produce(
     try:
         for count, rec in enumerate(batch, start=1):
             _produce_one(producer, rec, delivered)
+            if sent is not None:
+                sent.append(time.time())
             _pace(started, count, rate)
             if progress and count % 1000 == 0:
                 progress(count)

@@ -311,3 +311,14 @@ def test_a_stop_event_stops_every_query_between_batches() -> None:
     run_streams(specs, "processing_time", "1 second", stop=stop)
     assert time.monotonic() - started < 5
     assert {"stop a", "stop b"} <= set(log)
+
+
+def test_a_delta_commit_conflict_is_recognised_however_it_reaches_python() -> None:
+    """delta-spark converts conflicts only once `delta.exceptions.captured` is imported; before
+    that a classic session raises a bare Py4JJavaError. Both carry the error class."""
+    from lakehouse.tables import is_commit_conflict
+
+    raw = RuntimeError("An error occurred while calling o20012.execute.\n: io.delta.exceptions.ConcurrentAppendException: "
+                       "[DELTA_CONCURRENT_APPEND.WITHOUT_HINT] Transaction conflict detected.")
+    assert is_commit_conflict(raw)
+    assert not is_commit_conflict(RuntimeError("[DELTA_MERGE_MISSING_WHEN] at least one WHEN clause"))

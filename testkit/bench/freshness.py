@@ -1,0 +1,259 @@
+"""Benchmark: how stale is gold? Changes at a steady rate into a continuous run, per change the
+time from its source commit to the gold commit that shows it.
+
+For each rate: an isolated pipeline (own topics, schemas, checkpoints), the simulator's initial
+snapshot produced and taken in by a continuous run (`lakehouse.continuous`, untimed), then the
+simulator's change records produced at `rate` records per second for `duration_s`, each
+stamped with its send time (the moment the change "commits": the local stand-in for Debezium's
+`source.ts_ms`, so the connector's own capture delay is not included). When the producer stops,
+the run gets `drain_s` to catch up, then stops.
+
+Matching, after the run (so the measuring adds no load to it): every gold row a commit writes
+carries, per alias, the silver `_sequence` of the version it was built from (`_<alias>_seq`);
+a change record's sequence is computed from its Debezium source fields by the ordering rule
+(`lakehouse.ordering`). A change is *visible* at the commit timestamp of the first gold version
+whose change feed carries its sequence: Delta's own commit times, what a poller of
+`DESCRIBE HISTORY` would see. Changes never seen in gold are counted, not timed: a delete (no
+gold row carries it), a change a later one overtook before gold ran, a change of columns no
+view reads (gold is not rewritten for it), a parent with no children.
+
+Lag is *bounded* at a rate when the p95 of the changes sent in the run's last third is at most
+1.5x the p95 of its first third plus 10 s, and the share of the last third's changes seen in
+gold by the end of the drain is at least 90 % of the first third's: a growing backlog shows as
+rising latency, or as changes still unseen when the run stops.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+import time
+import uuid
+from dataclasses import replace
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from lakehouse.declaration import Pipeline
+from lakehouse.gold import view_plan
+from lakehouse.ordering import rule
+from lakehouse.paths import checkpoint_dir
+from lakehouse.spark import ensure_schemas
+from lakehouse.tables import gold_table
+from testkit.bench.ingest import _clean, isolated_pipeline
+
+RATES = (100, 500, 2000)
+INTERVALS = {"bronze": "1 second", "silver": "1 second", "gold": "1 second"}
+
+
+def record_sequence(pipeline: Pipeline, topic: str, value: bytes | None, partition: int, offset: int = 0) -> tuple[str, Decimal] | None:
+    """(source name, silver `_sequence`) of one Debezium change record; None for a tombstone,
+    a snapshot read or a record whose source fields give no sequence."""
+    if value is None:
+        return None
+    payload = json.loads(value)
+    payload = payload.get("payload", payload) if isinstance(payload, dict) else payload
+    op = payload.get("op")
+    if op not in ("c", "u", "d"):
+        return None
+    source = pipeline.source_for_topic(topic)
+    ordering = rule(source.sequence)
+    fields = payload.get("source") or {}
+    try:
+        return source.name, ordering.python(fields, op, partition, offset)
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The q-quantile (0..1) by nearest rank; None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, int(round(q * (len(ordered) - 1)))))]
+
+
+def latency_summary(sent: dict[tuple[str, Decimal], float], seen: dict[tuple[str, Decimal], float]) -> dict[str, Any]:
+    """Per-change latency statistics: p50/p95/p99 over the changes seen in gold, the same per
+    third of the sending period (by send time), and whether the lag stayed bounded."""
+    latencies = [(t, seen[k] - t) for k, t in sent.items() if k in seen]
+    if not latencies:
+        return {"changes_sent": len(sent), "changes_seen": 0, "bounded": False}
+    start, end = min(sent.values()), max(sent.values())
+    third = (end - start) / 3 or 1.0
+
+    def part(t: float) -> int:
+        return min(2, int((t - start) / third))
+
+    thirds: list[list[float]] = [[], [], []]
+    sent_per_third = [0, 0, 0]
+    for t in sent.values():
+        sent_per_third[part(t)] += 1
+    for t, lat in latencies:
+        thirds[part(t)].append(lat)
+    seen_share = [len(thirds[i]) / sent_per_third[i] if sent_per_third[i] else 0.0 for i in range(3)]
+    p95_first, p95_last = percentile(thirds[0], 0.95), percentile(thirds[2], 0.95)
+    values = [lat for _, lat in latencies]
+    bounded = (
+        p95_first is not None and p95_last is not None and p95_last <= 1.5 * p95_first + 10
+        and seen_share[2] >= 0.9 * seen_share[0]
+    )
+    return {
+        "changes_sent": len(sent),
+        "changes_seen": len(latencies),
+        "p50_s": round(percentile(values, 0.5), 2),
+        "p95_s": round(percentile(values, 0.95), 2),
+        "p99_s": round(percentile(values, 0.99), 2),
+        "max_s": round(max(values), 2),
+        "p95_by_third_s": [round(p, 2) if p is not None else None for p in (percentile(t, 0.95) for t in thirds)],
+        "seen_share_by_third": [round(x, 3) for x in seen_share],
+        "bounded": bounded,
+    }
+
+
+def _gold_sightings(spark: SparkSession, pipeline: Pipeline) -> dict[tuple[str, Decimal], float]:
+    """(source, sequence) -> epoch seconds of the first gold commit carrying it, over every view."""
+    seen: dict[tuple[str, Decimal], float] = {}
+    for name in pipeline.views:
+        plan = view_plan(pipeline, name)
+        feed = (
+            spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", 0)
+            .table(gold_table(pipeline, name))
+            .where(F.col("_change_type").isin("insert", "update_postimage"))
+        )
+        for alias in plan.aliases:
+            rows = (
+                feed.where(F.col(alias.gold_seq).isNotNull())
+                .groupBy(F.col(alias.gold_seq).alias("seq"))
+                .agg((F.min(F.unix_micros("_commit_timestamp")) / 1e6).alias("at"))
+                .collect()
+            )
+            for row in rows:
+                key = (alias.source.name, Decimal(row["seq"]))
+                seen[key] = min(seen.get(key, row["at"]), row["at"])
+    return seen
+
+
+def _wait_for_gold(spark: SparkSession, pipeline: Pipeline, timeout_s: float) -> bool:
+    """Wait until every view's gold table holds rows (the snapshot went through)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if all(spark.table(gold_table(pipeline, v)).limit(1).count() for v in pipeline.views):
+                return True
+        except Exception:  # noqa: BLE001 - the tables may not exist yet
+            pass
+        time.sleep(2)
+    return False
+
+
+def bench_freshness(
+    spark: SparkSession,
+    pipeline: Pipeline,
+    lake: Path,
+    bootstrap: str,
+    rates: Sequence[float] = RATES,
+    *,
+    duration_s: float = 180,
+    drain_s: float = 90,
+    seed: int = 11,
+    intervals: dict[str, str] | None = None,
+    keep: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """For each rate, a fresh continuous run fed at that rate; per-change latency to gold."""
+    from lakehouse.continuous import run_continuous
+    from testkit.simulator import simulate
+    from testkit.simulator.produce import produce
+
+    say = progress or (lambda _m: None)
+    results = []
+    for rate in rates:
+        tag = "fresh" + uuid.uuid4().hex[:8]
+        bench = isolated_pipeline(pipeline, tag)
+        bench = replace(bench, options=replace(bench.options, intervals=dict(intervals or INTERVALS)))
+        events = int(rate * duration_s)
+        simulation = simulate(bench, seed=seed, events=events)
+        snapshot = [r for r in simulation.records if _is_snapshot(r.value)]
+        changes = [r for r in simulation.records if not _is_snapshot(r.value)][: events]
+        ensure_schemas(spark, bench)
+        checkpoints = checkpoint_dir(Path(lake), bench.name, "")
+        stop = threading.Event()
+        failure: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                run_continuous(spark, bench, Path(lake), bootstrap, stop=stop)
+            except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+                failure.append(exc)
+                stop.set()
+
+        produce(snapshot, bootstrap)
+        runner = threading.Thread(target=run, name=f"continuous-{tag}", daemon=True)
+        runner.start()
+        try:
+            if not _wait_for_gold(spark, bench, 600) or failure:
+                raise RuntimeError(f"bench freshness: the snapshot never reached gold: {failure[:1]}")
+            say(f"bench freshness {rate:g}/s: snapshot of {len(snapshot)} records in gold; sending {len(changes)} changes over {duration_s:.0f}s")
+            sent_times: list[float] = []
+            produce(changes, bootstrap, rate=rate, sent=sent_times)
+            produced_until = time.time()
+            sent: dict[tuple[str, Decimal], float] = {}
+            for record, at in zip(changes, sent_times):
+                found = record_sequence(bench, record.topic, record.value, record.partition)
+                if found is not None:
+                    sent.setdefault(found, at)
+            say(f"bench freshness {rate:g}/s: sent; draining up to {drain_s:.0f}s")
+            stop.wait(drain_s)
+        finally:
+            stop.set()
+            runner.join(timeout=300)
+        if failure:
+            raise failure[0]
+        summary = latency_summary(sent, _gold_sightings(spark, bench))
+        summary.update(rate=rate, duration_s=duration_s, records_sent=len(changes), snapshot_records=len(snapshot),
+                       sent_seconds=round(produced_until - sent_times[0], 1) if sent_times else 0.0)
+        say(f"bench freshness {rate:g}/s: {_line(summary)}")
+        results.append(summary)
+        if not keep:
+            _clean(spark, bench, checkpoints, bootstrap)
+            shutil.rmtree(checkpoints, ignore_errors=True)
+    held = [r["rate"] for r in results if r.get("bounded")]
+    return {"rates": results, "highest_bounded_rate": max(held) if held else None, "intervals": dict(intervals or INTERVALS)}
+
+
+def _is_snapshot(value: bytes | None) -> bool:
+    if value is None:
+        return False
+    payload = json.loads(value)
+    payload = payload.get("payload", payload) if isinstance(payload, dict) else payload
+    return payload.get("op") == "r"
+
+
+def _line(summary: dict[str, Any]) -> str:
+    if not summary.get("changes_seen"):
+        return f"no change reached gold ({summary.get('changes_sent', 0)} sent)"
+    return (
+        f"{summary['changes_seen']} of {summary['changes_sent']} changes seen in gold; latency p50 {summary['p50_s']}s, "
+        f"p95 {summary['p95_s']}s, p99 {summary['p99_s']}s (p95 by third {summary['p95_by_third_s']}); "
+        f"{'bounded' if summary['bounded'] else 'NOT bounded'}"
+    )
+
+
+def render_table(result: dict[str, Any]) -> str:
+    """The README's table: one row per rate."""
+    lines = [
+        "| rate (records/s) | sent | seen in gold | p50 s | p95 s | p99 s | p95 by third s | lag |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in result["rates"]:
+        lines.append(
+            f"| {r['rate']:g} | {r['changes_sent']:,} | {r.get('changes_seen', 0):,} | {r.get('p50_s', '-')} | {r.get('p95_s', '-')} | "
+            f"{r.get('p99_s', '-')} | {' / '.join(str(p) for p in r.get('p95_by_third_s', []))} | "
+            f"{'bounded' if r.get('bounded') else 'growing'} |"
+        )
+    return "\n".join(lines)

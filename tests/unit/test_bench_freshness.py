@@ -1,0 +1,54 @@
+"""The freshness benchmark's pure parts: a change record's sequence (the same number silver
+and gold record for it), percentiles, and the rule that says whether lag stayed bounded."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+
+from lakehouse.declaration import load_pipeline
+from lakehouse.paths import REPO_ROOT
+from testkit.bench.freshness import latency_summary, percentile, record_sequence
+
+SHOP = load_pipeline(REPO_ROOT / "schemas" / "shop" / "pipeline.yml")
+
+
+def _value(op: str, lsn: int) -> bytes:
+    return json.dumps({"before": None, "after": {"id": 1}, "op": op, "source": {"lsn": lsn, "ts_ms": 1}}).encode()
+
+
+def test_a_change_records_sequence_is_silvers_sequence_for_it() -> None:
+    topic = SHOP.source("orders").topic
+    assert record_sequence(SHOP, topic, _value("u", 1234), 0) == ("orders", Decimal(12341))
+    assert record_sequence(SHOP, topic, _value("d", 1234), 0) == ("orders", Decimal(12340))
+
+
+def test_tombstones_and_snapshot_reads_are_not_timed() -> None:
+    topic = SHOP.source("orders").topic
+    assert record_sequence(SHOP, topic, None, 0) is None
+    assert record_sequence(SHOP, topic, _value("r", 99), 0) is None
+
+
+def test_percentiles_by_nearest_rank() -> None:
+    values = [float(v) for v in range(1, 101)]
+    assert percentile(values, 0.5) == 51.0 and percentile(values, 0.99) == 99.0
+    assert percentile([], 0.5) is None
+
+
+def _run(latency_at: "callable", seen_if: "callable" = lambda i: True) -> dict:
+    sent = {("orders", Decimal(i)): float(i) for i in range(300)}
+    seen = {k: t + latency_at(t) for k, t in sent.items() if seen_if(int(t))}
+    return latency_summary(sent, seen)
+
+
+def test_steady_latency_is_bounded() -> None:
+    summary = _run(lambda t: 3.0)
+    assert summary["bounded"] and summary["p50_s"] == 3.0 and summary["changes_seen"] == 300
+
+
+def test_latency_that_keeps_growing_is_not_bounded() -> None:
+    assert not _run(lambda t: 1.0 + t / 5)["bounded"]  # 1 s at the start, 61 s at the end
+
+
+def test_changes_still_unseen_at_the_end_are_not_bounded_even_if_the_seen_ones_were_fast() -> None:
+    assert not _run(lambda t: 2.0, seen_if=lambda i: i < 220)["bounded"]
