@@ -277,7 +277,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
     which = ("ingest", "silver", "gold") if args.which == "all" else (args.which,)
     for name in which:
         _say(f"bench {name}: running")
-        if name == "freshness":
+        if name == "pipeline":
+            from testkit.bench.pipeline import BATCH_SIZES, bench_pipeline
+            from testkit.bench.pipeline import render_table as pipeline_table
+
+            sizes = tuple(int(b) for b in args.batch_sizes.split(",")) if args.batch_sizes else BATCH_SIZES
+            results[name] = bench_pipeline(spark, pipeline, lake, _bootstrap(args, pipeline), events=args.events or 100_000,
+                                           batch_sizes=sizes, progress=_say)
+            _say(pipeline_table(results[name]))
+        elif name == "freshness":
             from testkit.bench.freshness import RATES, bench_freshness
             from testkit.bench.freshness import render_table as freshness_table
 
@@ -396,8 +404,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_history)
 
     p = sub.add_parser("bench", parents=[common, with_pipeline, kafka], help="benchmarks against a side-by-side baseline", description=cmd_bench.__doc__)
-    p.add_argument("which", choices=("ingest", "silver", "gold", "freshness", "all"))
-    p.add_argument("--events", type=int, help="ingest: events produced; silver: changes per batch")
+    p.add_argument("which", choices=("ingest", "silver", "gold", "pipeline", "freshness", "all"))
+    p.add_argument("--events", type=int, help="ingest: events produced; silver: changes per batch; pipeline: simulated changes (default 100000)")
+    p.add_argument("--batch-sizes", help="pipeline: comma list of records per trigger (default 1000,10000,100000)")
     p.add_argument("--rows", type=int, help="gold: fact table rows (default 1000000)")
     p.add_argument("--fractions", help="gold: comma list of changed shares of the fact table (default 0.0001,0.001,0.01,0.1,0.25)")
     p.add_argument("--workloads", help="gold: comma list of uniform, oltp, hot_parent (default all three)")

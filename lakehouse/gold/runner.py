@@ -109,21 +109,22 @@ def _change_columns(plan: ViewPlan, source: Source) -> tuple[str, ...]:
     return tuple(dict.fromkeys(source.primary_key + tuple(fk_cols))) + ("_row_hash", "_sequence", "_deleted")
 
 
-def change_stream(spark: SparkSession, pipeline: Pipeline, plan: ViewPlan) -> DataFrame:
+def change_stream(
+    spark: SparkSession, pipeline: Pipeline, plan: ViewPlan, max_files_per_trigger: int | None = None
+) -> DataFrame:
     """One stream: the union of the change feeds of every silver table the view reads, tagged.
 
     Each source's rows sit in their own struct column (`_s<i>`, null for other sources), so the
-    union keeps exact types without serialising to JSON.
+    union keeps exact types without serialising to JSON. `max_files_per_trigger` caps each
+    feed's files per batch (Delta's default: 1,000).
     """
     structs = [_struct_of(s, _change_columns(plan, s)) for s in plan.sources]
     union: DataFrame | None = None
     for i, source in enumerate(plan.sources):
-        stream = (
-            spark.readStream.format("delta")
-            .option("readChangeFeed", "true")
-            .option("startingVersion", 0)
-            .table(silver_current_table(pipeline, source))
-        )
+        reader = spark.readStream.format("delta").option("readChangeFeed", "true").option("startingVersion", 0)
+        if max_files_per_trigger:
+            reader = reader.option("maxFilesPerTrigger", max_files_per_trigger)
+        stream = reader.table(silver_current_table(pipeline, source))
         cols = [
             F.lit(source.name).alias("_source"),
             F.col("_change_type"),
@@ -465,6 +466,7 @@ def view_stream(
     progress: Callable[[str], None] | None = None,
     *,
     prepare: bool = False,
+    max_files_per_trigger: int | None = None,
 ) -> StreamSpec:
     """The view's query for the shared runner (silver's change feeds -> `_ViewMaintainer`);
     `prepare` creates its tables just before it starts."""
@@ -474,7 +476,7 @@ def view_stream(
         name=f"gold {view}",
         query_name=f"gold_{pipeline.name}_{view}",
         checkpoint=checkpoint_dir(lake, pipeline.name, f"gold_{view}"),
-        build=lambda: change_stream(spark, pipeline, plan).writeStream.foreachBatch(maintainer),
+        build=lambda: change_stream(spark, pipeline, plan, max_files_per_trigger).writeStream.foreachBatch(maintainer),
         prepare=(lambda: prepare_view(spark, pipeline, plan)) if prepare else (lambda: None),
         started=maintainer.started,
         processing_time=pipeline.options.interval("gold"),
@@ -506,6 +508,7 @@ def run_gold(
     progress: Callable[[str], None] | None = None,
     *,
     timeout_s: float | None = None,
+    max_files_per_trigger: int | None = None,
 ) -> GoldReport:
     """Bring every (or the named) gold view up to date with silver.
 
@@ -518,12 +521,12 @@ def run_gold(
         # one view after another: views may share subscription tables
         report = GoldReport()
         for name in _view_names(pipeline, views):
-            specs, one = gold_streams(spark, pipeline, lake, [name], progress)
+            specs, one = gold_streams(spark, pipeline, lake, [name], progress, max_files_per_trigger=max_files_per_trigger)
             report.views.update(one.views)
             if specs:
                 run_streams(specs, trigger, pipeline.options.processing_time, say=progress)
         return report
-    specs, report = gold_streams(spark, pipeline, lake, views, progress)
+    specs, report = gold_streams(spark, pipeline, lake, views, progress, max_files_per_trigger=max_files_per_trigger)
     if specs:
         run_streams(specs, trigger, pipeline.options.processing_time, timeout_s=timeout_s, say=progress)
     return report
@@ -546,6 +549,7 @@ def gold_streams(
     progress: Callable[[str], None] | None = None,
     *,
     wait_for_silver: bool = False,
+    max_files_per_trigger: int | None = None,
 ) -> tuple[list[StreamSpec], GoldReport]:
     """Gold's queries (one per view, at gold's interval) and the report their batches fill.
 
@@ -558,7 +562,7 @@ def gold_streams(
         run = report.views.setdefault(name, ViewRun(name))
         if not wait_for_silver and _skipped(spark, pipeline, name, run, progress):
             continue
-        specs.append(view_stream(spark, pipeline, lake, name, run, progress, prepare=True))
+        specs.append(view_stream(spark, pipeline, lake, name, run, progress, prepare=True, max_files_per_trigger=max_files_per_trigger))
     return specs, report
 
 

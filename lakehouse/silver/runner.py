@@ -51,14 +51,16 @@ def run_silver(
     progress: Callable[[str], None] | None = None,
     *,
     timeout_s: float | None = None,
+    max_files_per_trigger: int | None = None,
 ) -> SilverReport:
     """Stream each source's bronze table into its silver tables (one query per source, all together).
 
     `trigger`: `available_now` (drain what is there, then return) or `processing_time`
     (`options.processing_time`; runs until stopped, or `timeout_s`). `progress(message)` gets
     one line per batch. Each source's tables are created just before its query starts.
+    `max_files_per_trigger` caps the bronze files a batch reads (Delta's own default: 1,000).
     """
-    specs, report = silver_streams(spark, pipeline, lake, sources, progress)
+    specs, report = silver_streams(spark, pipeline, lake, sources, progress, max_files_per_trigger=max_files_per_trigger)
     run_streams(specs, trigger, pipeline.options.processing_time, timeout_s=timeout_s, say=progress)
     return report
 
@@ -69,12 +71,16 @@ def silver_streams(
     lake: Path,
     sources: list[str] | None = None,
     progress: Callable[[str], None] | None = None,
+    *,
+    max_files_per_trigger: int | None = None,
 ) -> tuple[list[StreamSpec], SilverReport]:
     """Silver's queries (one per source, at silver's interval) and the report their batches
     fill, for `run_silver` or a continuous run of every stage."""
     report = SilverReport()
     names = sources or list(pipeline.sources)
-    return [_silver_stream(spark, pipeline, lake, pipeline.source(name), report, progress) for name in names], report
+    return [
+        _silver_stream(spark, pipeline, lake, pipeline.source(name), report, progress, max_files_per_trigger) for name in names
+    ], report
 
 
 def _silver_stream(
@@ -84,6 +90,7 @@ def _silver_stream(
     source: Source,
     report: SilverReport,
     progress: Callable[[str], None] | None,
+    max_files_per_trigger: int | None = None,
 ) -> StreamSpec:
     """One source's query for the shared runner: bronze's Delta table -> `apply_batch`, once per batch id."""
     bronze = bronze_table(pipeline, source)
@@ -105,7 +112,10 @@ def _silver_stream(
             if progress is not None:
                 progress(f"silver {source.name} batch {batch_id}: {stats.describe()}")
 
-        return spark.readStream.format("delta").table(bronze).writeStream.foreachBatch(on_batch)
+        reader = spark.readStream.format("delta")
+        if max_files_per_trigger:
+            reader = reader.option("maxFilesPerTrigger", max_files_per_trigger)
+        return reader.table(bronze).writeStream.foreachBatch(on_batch)
 
     return StreamSpec(
         name=f"silver {source.name}",

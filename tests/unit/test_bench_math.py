@@ -1,4 +1,4 @@
-"""The freshness benchmark's pure parts: a change record's sequence (the same number silver
+"""The benchmarks' pure parts: a change record's sequence (the same number silver
 and gold record for it), percentiles, and the rule that says whether lag stayed bounded."""
 
 from __future__ import annotations
@@ -52,3 +52,12 @@ def test_latency_that_keeps_growing_is_not_bounded() -> None:
 
 def test_changes_still_unseen_at_the_end_are_not_bounded_even_if_the_seen_ones_were_fast() -> None:
     assert not _run(lambda t: 2.0, seen_if=lambda i: i < 220)["bounded"]
+
+
+def test_the_pipeline_bench_splits_batch_cost_into_fixed_and_per_change() -> None:
+    from testkit.bench.pipeline import fit_fixed_and_per_change
+
+    points = [(1_000, 6.0 + 0.0005 * 1_000), (10_000, 6.0 + 0.0005 * 10_000), (100_000, 6.0 + 0.0005 * 100_000)]
+    fixed, per_change = fit_fixed_and_per_change(points)
+    assert round(fixed, 6) == 6.0 and round(per_change, 9) == 0.0005
+    assert fit_fixed_and_per_change([(1_000, 1.0), (1_000, 2.0)]) is None  # one size says nothing about the slope
