@@ -1,7 +1,13 @@
-"""The gold benchmark's plot: seconds against change fraction, gold (as the product runs it)
-beside the full recompute, one panel per workload, one line style per scale.
+"""The benchmarks' plots, chosen by the results' shape:
+
+- gold: seconds against change fraction, gold (as the product runs it) beside the full
+  recompute, one panel per workload, one line style per scale;
+- pipeline: records/s per stage against batch size (beside the raw copy), and every batch's
+  seconds against its rows with the fitted fixed + per-change line;
+- freshness: latency percentiles against the rate of changes.
 
     .venv/bin/python -m testkit.bench.plot docs/bench-gold.png bench-1m.json bench-10m.json
+    .venv/bin/python -m testkit.bench.plot docs/bench-pipeline.png bench-pipeline.json
 """
 
 from __future__ import annotations
@@ -57,6 +63,80 @@ def plot_gold(results: Sequence[dict[str, Any]], out: Path, machine: str | None 
     return out
 
 
+def _figure(panels: int) -> tuple[Any, Any]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, panels, figsize=(5.6 * panels, 4.4), squeeze=False)
+    return fig, axes[0]
+
+
+def _save(fig: Any, out: Path, title: str) -> Path:
+    import matplotlib.pyplot as plt
+
+    fig.suptitle(f"{title}, {platform.machine()} {_cores()} cores, {date.today().isoformat()}", fontsize=10)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+STAGE_COLORS = {"raw": "tab:gray", "bronze": "tab:orange", "silver": "tab:blue", "gold": "tab:green"}
+
+
+def plot_pipeline(result: dict[str, Any], out: Path) -> Path:
+    """Draw a `bench_pipeline` result into `out` (PNG)."""
+    fig, (left, right) = _figure(2)
+    sizes = [row["batch_size"] for row in result["sizes"]]
+    for stage, color in STAGE_COLORS.items():
+        left.plot(sizes, [row["stages"][stage]["changes_per_s"] for row in result["sizes"]], "-o", color=color, label=stage)
+    left.plot(sizes, [row["pipeline_changes_per_s"] for row in result["sizes"]], "-s", color="black", label="bronze+silver+gold")
+    left.set_xscale("log")
+    left.set_yscale("log")
+    left.set_xlabel("records per trigger (per query)")
+    left.set_ylabel("records per second")
+    left.set_title("throughput per stage", fontsize=10)
+    left.grid(True, which="both", alpha=0.3)
+    left.legend(fontsize=7)
+    for stage, points in result["batch_points"].items():
+        if stage not in STAGE_COLORS or not points:
+            continue
+        right.plot([p[0] for p in points], [p[1] for p in points], ".", color=STAGE_COLORS[stage], label=stage, alpha=0.6)
+        fit = result["fits"].get(stage)
+        if fit:
+            xs = sorted({p[0] for p in points})
+            right.plot(xs, [fit["fixed_s"] + fit["per_change_ms"] / 1000 * x for x in xs], "-", color=STAGE_COLORS[stage],
+                       label=f"{stage}: {fit['fixed_s']:.1f}s + {fit['per_change_ms']:.3f}ms/record")
+    right.set_xscale("log")
+    right.set_xlabel("records in the batch")
+    right.set_ylabel("seconds per batch")
+    right.set_title("every micro-batch, and the fitted fixed + per-record cost", fontsize=10)
+    right.grid(True, which="both", alpha=0.3)
+    right.legend(fontsize=7)
+    return _save(fig, out, "cdc-enrich bench pipeline")
+
+
+def plot_freshness(result: dict[str, Any], out: Path) -> Path:
+    """Draw a `bench_freshness` result into `out` (PNG)."""
+    fig, (ax,) = _figure(1)
+    runs = [r for r in result["rates"] if r.get("changes_seen")]
+    rates = [r["rate"] for r in runs]
+    for key, style in (("p50_s", "-o"), ("p95_s", "-s"), ("p99_s", "-^")):
+        ax.plot(rates, [r[key] for r in runs], style, label=key.split("_")[0])
+    for r in runs:
+        ax.annotate("bounded" if r["bounded"] else "growing", (r["rate"], r["p99_s"]), fontsize=7,
+                    textcoords="offset points", xytext=(4, 4))
+    ax.set_xscale("log")
+    ax.set_xlabel("changes per second (Kafka records)")
+    ax.set_ylabel("seconds from source commit to gold commit")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, out, "cdc-enrich bench freshness (continuous run)")
+
+
 def _cores() -> int:
     import os
 
@@ -68,7 +148,12 @@ def main(argv: Sequence[str]) -> int:
         print(__doc__.strip(), file=sys.stderr)
         return 2
     results = [json.loads(Path(p).read_text()) for p in argv[1:]]
-    print(plot_gold(results, Path(argv[0])))
+    if "batch_points" in results[0]:
+        print(plot_pipeline(results[0], Path(argv[0])))
+    elif "highest_bounded_rate" in results[0]:
+        print(plot_freshness(results[0], Path(argv[0])))
+    else:
+        print(plot_gold(results, Path(argv[0])))
     return 0
 
 

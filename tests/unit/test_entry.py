@@ -85,3 +85,19 @@ def test_configuration_errors_exit_2_and_failures_exit_1(error, code, capsys):
 def test_an_unknown_name_is_a_key_error_that_prints_its_message():
     error = UnknownNameError("pipeline 'shop' has no source 'nope'")
     assert isinstance(error, KeyError) and str(error) == "pipeline 'shop' has no source 'nope'"
+
+
+def test_sigterm_asks_a_continuous_run_to_stop_instead_of_killing_the_process() -> None:
+    """What Databricks and systemd send to stop a job: inside `stop_on_signals` it only sets the
+    event the run waits on; afterwards the previous handler is back."""
+    import os
+    import signal
+
+    from lakehouse.entry import stop_on_signals
+
+    before = signal.getsignal(signal.SIGTERM)
+    with stop_on_signals() as stop:
+        assert not stop.is_set()
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert stop.wait(5)
+    assert signal.getsignal(signal.SIGTERM) is before
