@@ -127,7 +127,7 @@ def plot_freshness(result: dict[str, Any], out: Path) -> Path:
     for key, style in (("p50_s", "-o"), ("p95_s", "-s"), ("p99_s", "-^")):
         ax.plot(rates, [r[key] for r in runs], style, label=key.split("_")[0])
     for r in runs:
-        ax.annotate("bounded" if r["bounded"] else "growing", (r["rate"], r["p99_s"]), fontsize=7,
+        ax.annotate("bounded" if r["bounded"] else "not bounded", (r["rate"], r["p99_s"]), fontsize=7,
                     textcoords="offset points", xytext=(4, 4))
     ax.set_xscale("log")
     ax.set_xlabel("changes per second (Kafka records)")

@@ -61,3 +61,11 @@ def test_the_pipeline_bench_splits_batch_cost_into_fixed_and_per_change() -> Non
     fixed, per_change = fit_fixed_and_per_change(points)
     assert round(fixed, 6) == 6.0 and round(per_change, 9) == 0.0005
     assert fit_fixed_and_per_change([(1_000, 1.0), (1_000, 2.0)]) is None  # one size says nothing about the slope
+
+
+def test_a_catch_up_that_fills_the_drain_is_not_bounded() -> None:
+    sent = {("orders", Decimal(i)): float(i) for i in range(300)}
+    seen = {k: t + 3.0 for k, t in sent.items()}
+    assert latency_summary(sent, seen, drain_s=60)["bounded"]
+    assert latency_summary(sent, seen, drain_s=60)["catch_up_s"] == 3.0
+    assert not latency_summary(sent, seen, drain_s=3)["bounded"]
