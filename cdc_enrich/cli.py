@@ -23,8 +23,17 @@ DEFAULT_PIPELINE = REPO_ROOT / "schemas" / "shop" / "pipeline.yml"
 DEV_PACKAGES = ("devstack", "testkit")
 
 
+_QUIET = False  # -q: progress lines off (results, reports and errors still print)
+
+
 def _say(message: str) -> None:
     print(message, flush=True)
+
+
+def _progress(message: str) -> None:
+    """A stage's progress line (one per micro-batch), indented under the command's own lines."""
+    if not _QUIET:
+        print(f"  {message}", flush=True)
 
 
 # --------------------------------------------------------------------------- shared pieces
@@ -178,7 +187,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         from lakehouse.entry import run_continuously
 
         report = run_continuously(
-            spark, pipeline, lake, bootstrap=bootstrap, timeout_s=args.timeout, progress=lambda m: _say(f"  {m}")
+            spark, pipeline, lake, bootstrap=bootstrap, timeout_s=args.timeout, progress=_progress
         )
         _say(report.render())
         return 0
@@ -201,7 +210,7 @@ def run_stage(stage: str, spark: Any, pipeline: Any, lake: Path, args: argparse.
     from lakehouse.entry import run_stage as run_one
 
     bootstrap = _bootstrap(args, pipeline) if stage == "bronze" else None
-    progress: Callable[[str], None] = lambda message: _say(f"  {message}")
+    progress: Callable[[str], None] = _progress
     return run_one(stage, spark, pipeline, lake, bootstrap=bootstrap, trigger=getattr(args, "trigger", None), progress=progress)
 
 
@@ -322,6 +331,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_validate(args: argparse.Namespace) -> int:
+    """Check a pipeline file without Spark: every problem with its file, line and field (exit 2)."""
+    pipeline = _pipeline(args)
+    _say(f"{pipeline.path}: valid pipeline {pipeline.name!r}: {len(pipeline.sources)} source(s) "
+         f"({', '.join(pipeline.sources)}), {len(pipeline.views)} view(s) ({', '.join(pipeline.views) or 'none'})")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     """Everything that works, end to end on the local stack, with what a user wants to see."""
     from cdc_enrich.demo import run_demo
@@ -348,6 +365,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     # Its own --lake (not the shared parent's action): a subcommand's --lake, when given, wins.
     parser.add_argument("--lake", default=None, help=common._actions[0].help)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    loudness = parser.add_mutually_exclusive_group()
+    loudness.add_argument("-q", "--quiet", action="store_true", help="no progress lines (results, reports and errors still print)")
+    loudness.add_argument("-v", "--verbose", action="store_true", help="debug logging of the engine (per-phase timings of every batch)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("stack", parents=[common], help="start/stop/report the local Kafka broker", description=cmd_stack.__doc__)
@@ -419,6 +440,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "sql = the SQL pass, python); the first one's ratio is the headline")
     p.set_defaults(func=cmd_bench)
 
+    p = sub.add_parser("validate", parents=[common, with_pipeline], help="check a pipeline file (no Spark)", description=cmd_validate.__doc__)
+    p.set_defaults(func=cmd_validate)
+
     p = sub.add_parser("demo", parents=[common, with_pipeline], help="the whole service end to end on the local stack", description=cmd_demo.__doc__)
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--events", type=int, default=3000)
@@ -429,8 +453,30 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _version() -> str:
+    """The installed distribution's version (a checkout that was never installed says so)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("cdc-enrich")
+    except PackageNotFoundError:
+        return "(not installed)"
+
+
+def _loudness(args: argparse.Namespace) -> None:
+    """-q silences progress lines; -v turns on the engine's debug log (phase timings)."""
+    global _QUIET
+    _QUIET = bool(getattr(args, "quiet", False))
+    if getattr(args, "verbose", False):
+        import logging
+
+        logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        logging.getLogger("lakehouse").setLevel(logging.DEBUG)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    _loudness(args)
     try:
         return int(args.func(args) or 0)
     except CdcEnrichError as exc:

@@ -236,7 +236,9 @@ class Pipeline:
         try:
             return self.sources[name]
         except KeyError:
-            raise UnknownNameError(f"pipeline {self.name!r} has no source {name!r}") from None
+            raise UnknownNameError(
+                f"pipeline {self.name!r} has no source {name!r}; declared: {', '.join(self.sources) or '(none)'}"
+            ) from None
 
     def source_for_topic(self, topic: str) -> Source:
         for src in self.sources.values():
