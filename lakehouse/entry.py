@@ -111,13 +111,21 @@ def run_stage(
 @contextlib.contextmanager
 def stop_on_signals(signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT)) -> Iterator[threading.Event]:
     """An event that SIGTERM (what Databricks and systemd send to stop a job) or Ctrl-C sets, for
-    a continuous run to stop between micro-batches; the previous handlers come back afterwards.
-    Outside the main thread (where Python allows no handlers) the event is only set by hand."""
+    a continuous run to stop between micro-batches; a second signal does not wait (it raises
+    KeyboardInterrupt: every query is stopped at once, and its batch is replayed on the next
+    start). The previous handlers come back afterwards. Outside the main thread (where Python
+    allows no handlers) the event is only set by hand."""
     stop = threading.Event()
     previous: dict[int, Any] = {}
+
+    def handle(*_: Any) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+
     if threading.current_thread() is threading.main_thread():
         for sig in signals:
-            previous[sig] = signal.signal(sig, lambda *_: stop.set())
+            previous[sig] = signal.signal(sig, handle)
     try:
         yield stop
     finally:

@@ -136,7 +136,7 @@ class StreamSpec:
 
 
 class Stream:
-    """One running query of a StreamSpec, restartable on the known Spark bug."""
+    """One running query of a StreamSpec, restarted after a failure when its RestartPolicy allows."""
 
     def __init__(self, spec: StreamSpec, trigger: str, processing_time: str, policy: RestartPolicy = DRAIN_POLICY) -> None:
         self.spec = spec

@@ -41,7 +41,7 @@ from lakehouse.gold.plan import (
 from lakehouse.gold.recompute import full_recompute
 from lakehouse.errors import UnknownNameError
 from lakehouse.paths import checkpoint_dir
-from lakehouse.streaming import Stream, StreamSpec, check_trigger, run_streams
+from lakehouse.streaming import AVAILABLE_NOW, Stream, StreamSpec, check_trigger, run_streams
 from lakehouse.tables import (
     delta_txn,
     gold_table,
@@ -517,7 +517,7 @@ def run_gold(
     (None: until stopped); a failing one stops the others and raises.
     """
     check_trigger(trigger)
-    if trigger == "available_now":
+    if trigger == AVAILABLE_NOW:
         # one view after another: views may share subscription tables
         report = GoldReport()
         for name in _view_names(pipeline, views):

@@ -92,6 +92,7 @@ def test_sigterm_asks_a_continuous_run_to_stop_instead_of_killing_the_process() 
     event the run waits on; afterwards the previous handler is back."""
     import os
     import signal
+    import time
 
     from lakehouse.entry import stop_on_signals
 
@@ -100,4 +101,7 @@ def test_sigterm_asks_a_continuous_run_to_stop_instead_of_killing_the_process() 
         assert not stop.is_set()
         os.kill(os.getpid(), signal.SIGTERM)
         assert stop.wait(5)
+        with pytest.raises(KeyboardInterrupt):  # a second one does not wait for running batches
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(1)
     assert signal.getsignal(signal.SIGTERM) is before
