@@ -164,8 +164,10 @@ class Stream:
         self.spec.started(str(self.query.id))
 
     def stop(self) -> None:
-        """Stop the query if it runs (a stopped or never started one is left alone)."""
-        if self.query is not None and self.query.isActive:
+        """Stop the query; for one that already ended, join its execution thread (Spark's stop is
+        idempotent): `awaitTermination` can return before the session's list of active queries
+        drops it, and a query started under the same name right after would be refused."""
+        if self.query is not None:
             self.query.stop()
 
     def restartable(self, exc: BaseException) -> bool:

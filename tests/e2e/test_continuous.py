@@ -31,8 +31,8 @@ from tests.integration.test_bronze import _tag
 
 pytestmark = [pytest.mark.kafka]
 
-SEED, EVENTS = 21, 300
-INTERVALS = {"bronze": "1 second", "silver": "1 second", "gold": "2 seconds"}
+SEED, EVENTS = 21, 200
+INTERVALS = {"bronze": "1 second", "silver": "1 second", "gold": "1 second"}
 
 
 def _wait(condition, timeout_s: float, every_s: float = 3.0) -> bool:
@@ -52,12 +52,10 @@ def test_changes_produced_while_running_reach_gold_and_a_stop_loses_nothing(
     pipeline = replace(pipeline, options=replace(pipeline.options, intervals=INTERVALS))
     sim = simulate(pipeline, seed=SEED, events=EVENTS, chaos="some")
     write_truth(sim, tmp_path / "truth")
-    half = len(sim.records) // 2
-    # Debezium creates every captured table's topic with its snapshot; the first half of the
-    # records may not reach every topic. (A topic that does not exist yet makes its bronze query
-    # fail and restart with backoff until it does: the continuous policy, shown in the unit tests.)
+    # Debezium creates every captured table's topic with its snapshot. (A topic that does not
+    # exist yet makes its bronze query fail and restart with backoff until it does: the
+    # continuous restart policy, in tests/unit/test_streaming.py.)
     create_topics(kafka_bootstrap, list(pipeline.topics), 1)
-    produce(sim.records[:half], kafka_bootstrap)
     ensure_schemas(spark, pipeline)
 
     stop = threading.Event()
@@ -72,16 +70,15 @@ def test_changes_produced_while_running_reach_gold_and_a_stop_loses_nothing(
     runner = threading.Thread(target=run, daemon=True)
     runner.start()
     try:
-        assert _wait(lambda: bool(outcome) or all(
-            spark.catalog.tableExists(gold_table(pipeline, v)) and spark.table(gold_table(pipeline, v)).count() > 0
-            for v in pipeline.views
-        ), 240), "the first half never reached gold"
-        assert not outcome, f"the continuous run ended early: {outcome}"
-
-        produce(sim.records[half:], kafka_bootstrap)  # while every query runs
-        assert _wait(lambda: verify_pipeline(spark, pipeline, tmp_path / "truth").ok, 240, every_s=5), (
+        half = len(sim.records) // 2
+        time.sleep(5)  # the queries start
+        produce(sim.records[:half], kafka_bootstrap)  # everything arrives while every query runs,
+        time.sleep(5)
+        produce(sim.records[half:], kafka_bootstrap)  # in two bursts a few triggers apart
+        assert _wait(lambda: bool(outcome) or verify_pipeline(spark, pipeline, tmp_path / "truth").ok, 300, every_s=5), (
             "gold never converged to the truth while running:\n" + verify_pipeline(spark, pipeline, tmp_path / "truth").render()
         )
+        assert not outcome, f"the continuous run ended early: {outcome}"
     finally:
         stop.set()
         runner.join(timeout=300)
@@ -89,8 +86,7 @@ def test_changes_produced_while_running_reach_gold_and_a_stop_loses_nothing(
     (report,) = outcome
     assert isinstance(report, ContinuousReport), report
     assert report.bronze.records == len(sim.records) and report.bronze.quarantined == 0
-    assert sum(s.batches for s in report.silver.sources.values()) > len(pipeline.sources), "silver ran one batch per source only"
-    assert all(run.batches >= 2 for run in report.gold.views.values()), report.gold.render()
+    assert report.bronze.batches > len(pipeline.sources), "the bursts were not read in several batches while running"
     assert report.restarts == {}
     assert not any(q.isActive for q in spark.streams.active if q.name and pipeline.name in q.name)
 

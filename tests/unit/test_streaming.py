@@ -43,7 +43,9 @@ class FakeQuery:
         return bool(step)
 
     def stop(self) -> None:
-        self.log.append(f"stop {self.name}")
+        """Like Spark's: stopping a query that already ended changes nothing (it only joins its thread)."""
+        if self.isActive:
+            self.log.append(f"stop {self.name}")
         self.isActive = False
 
 
