@@ -180,9 +180,9 @@ TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 MERGE_MATERIALIZE_SOURCE = "spark.databricks.delta.merge.materializeSource"
 
 
-#: Delta's commit-conflict error classes (a concurrent writer won; retrying an idempotent write is safe).
-COMMIT_CONFLICTS = ("DELTA_CONCURRENT_", "io.delta.exceptions.Concurrent", "ConcurrentAppendException",
-                    "ConcurrentDeleteReadException", "ConcurrentDeleteDeleteException", "ConcurrentTransactionException")
+#: Markers of Delta's commit conflicts (a concurrent writer won; retrying an idempotent write is safe):
+#: their error classes, and the package that holds only Delta's concurrency exceptions.
+COMMIT_CONFLICTS = ("DELTA_CONCURRENT_", "io.delta.exceptions.")
 
 
 def is_commit_conflict(exc: BaseException) -> bool:

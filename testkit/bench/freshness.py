@@ -28,7 +28,6 @@ unseen when the run stops, or as a catch-up that fills the whole drain.
 from __future__ import annotations
 
 import json
-import shutil
 import threading
 import time
 import uuid
@@ -46,6 +45,7 @@ from lakehouse.ordering import rule
 from lakehouse.paths import checkpoint_dir
 from lakehouse.spark import ensure_schemas
 from lakehouse.tables import gold_table
+from testkit.bench import markdown_table
 from testkit.bench.ingest import _clean, isolated_pipeline
 
 RATES = (100, 500, 2000)
@@ -55,10 +55,7 @@ INTERVALS = {"bronze": "1 second", "silver": "1 second", "gold": "1 second"}
 def record_sequence(pipeline: Pipeline, topic: str, value: bytes | None, partition: int, offset: int = 0) -> tuple[str, Decimal] | None:
     """(source name, silver `_sequence`) of one Debezium change record; None for a tombstone,
     a snapshot read or a record whose source fields give no sequence."""
-    if value is None:
-        return None
-    payload = json.loads(value)
-    payload = payload.get("payload", payload) if isinstance(payload, dict) else payload
+    payload = _payload(value)
     op = payload.get("op")
     if op not in ("c", "u", "d"):
         return None
@@ -186,8 +183,10 @@ def bench_freshness(
         bench = replace(bench, options=replace(bench.options, intervals=dict(intervals or INTERVALS)))
         events = int(rate * duration_s)
         simulation = simulate(bench, seed=seed, events=events)
-        snapshot = [r for r in simulation.records if _is_snapshot(r.value)]
-        changes = [r for r in simulation.records if not _is_snapshot(r.value)][: events]
+        snapshot, changes = [], []
+        for record in simulation.records:
+            (snapshot if _payload(record.value).get("op") == "r" else changes).append(record)
+        changes = changes[:events]
         ensure_schemas(spark, bench)
         checkpoints = checkpoint_dir(Path(lake), bench.name, "")
         stop = threading.Event()
@@ -229,17 +228,16 @@ def bench_freshness(
         results.append(summary)
         if not keep:
             _clean(spark, bench, checkpoints, bootstrap)
-            shutil.rmtree(checkpoints, ignore_errors=True)
     held = [r["rate"] for r in results if r.get("bounded")]
     return {"rates": results, "highest_bounded_rate": max(held) if held else None, "intervals": dict(intervals or INTERVALS)}
 
 
-def _is_snapshot(value: bytes | None) -> bool:
+def _payload(value: bytes | None) -> dict[str, Any]:
+    """A Debezium record's envelope (with or without the JSON converter's schema wrapper); {} for a tombstone."""
     if value is None:
-        return False
+        return {}
     payload = json.loads(value)
-    payload = payload.get("payload", payload) if isinstance(payload, dict) else payload
-    return payload.get("op") == "r"
+    return payload.get("payload", payload) if isinstance(payload, dict) else {}
 
 
 def _line(summary: dict[str, Any]) -> str:
@@ -255,14 +253,12 @@ def _line(summary: dict[str, Any]) -> str:
 
 def render_table(result: dict[str, Any]) -> str:
     """The README's table: one row per rate."""
-    lines = [
-        "| rate (records/s) | changes sent | seen in gold | p50 s | p95 s | p99 s | p95 by third s | catch-up s | lag |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in result["rates"]:
-        lines.append(
-            f"| {r['rate']:g} | {r['changes_sent']:,} | {r.get('changes_seen', 0):,} | {r.get('p50_s', '-')} | {r.get('p95_s', '-')} | "
-            f"{r.get('p99_s', '-')} | {' / '.join(str(p) for p in r.get('p95_by_third_s', []))} | {r.get('catch_up_s', '-')} | "
-            f"{'bounded' if r.get('bounded') else 'not shown bounded'} |"
-        )
-    return "\n".join(lines)
+    return markdown_table(
+        ("rate (records/s)", "changes sent", "seen in gold", "p50 s", "p95 s", "p99 s", "p95 by third s", "catch-up s", "lag"),
+        (
+            (f"{r['rate']:g}", f"{r['changes_sent']:,}", f"{r.get('changes_seen', 0):,}", r.get("p50_s", "-"),
+             r.get("p95_s", "-"), r.get("p99_s", "-"), " / ".join(str(p) for p in r.get("p95_by_third_s", [])),
+             r.get("catch_up_s", "-"), "bounded" if r.get("bounded") else "not shown bounded")
+            for r in result["rates"]
+        ),
+    )

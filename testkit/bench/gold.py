@@ -42,6 +42,7 @@ from testkit.reference_silver import apply_silver_changes, changes_schema, creat
 from lakehouse.paths import checkpoint_dir
 from lakehouse.tables import gold_table, silver_current_schema, silver_current_table, subscription_table
 from lakehouse.verify.views import diff_frames
+from testkit.bench import markdown_table
 
 
 def _bench_pipeline(pipeline: Pipeline) -> Pipeline:
@@ -370,17 +371,16 @@ def bench_gold(
 
 def render_table(result: dict[str, Any]) -> str:
     """The runs as a Markdown table (README, the CLI's summary)."""
-    lines = [
-        "| rows | workload | fraction | path | affected keys | gold files touched | gold s | full recompute s | full / gold | rows rewritten per change | jobs |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in result["runs"]:
-        lines.append(
-            f"| {result['fact_rows']:,} | {r['workload']} | {r['fraction']:.2%} | {r['path']} | {r['affected_keys']:,} | "
-            f"{r['gold_files_touched']} of {r['gold_files']} | {r['gold_s']} | {r['full_recompute_s']} | "
-            f"{r['full_over_gold']}x | {r['gold_rows_rewritten_per_changed_row']} | {r['spark_jobs']} |"
-        )
-    return "\n".join(lines)
+    return markdown_table(
+        ("rows", "workload", "fraction", "path", "affected keys", "gold files touched", "gold s", "full recompute s",
+         "full / gold", "rows rewritten per change", "jobs"),
+        (
+            (f"{result['fact_rows']:,}", r["workload"], f"{r['fraction']:.2%}", r["path"], f"{r['affected_keys']:,}",
+             f"{r['gold_files_touched']} of {r['gold_files']}", r["gold_s"], r["full_recompute_s"], f"{r['full_over_gold']}x",
+             r["gold_rows_rewritten_per_changed_row"], r["spark_jobs"])
+            for r in result["runs"]
+        ),
+    )
 
 
 PHASES = ("subscriptions", "cost", "keys", "recompute", "merge")
@@ -388,9 +388,11 @@ PHASES = ("subscriptions", "cost", "keys", "recompute", "merge")
 
 def render_phases(result: dict[str, Any]) -> str:
     """Seconds per phase of each run, as a Markdown table."""
-    lines = ["| rows | workload | fraction | path | " + " | ".join(PHASES) + " | gold s |", "|---" * (len(PHASES) + 5) + "|"]
-    for r in result["runs"]:
-        cells = " | ".join(f"{r['phases_s'].get(p, 0.0):.1f}" for p in PHASES)
-        lines.append(f"| {result['fact_rows']:,} | {r['workload']} | {r['fraction']:.2%} | {r['path']} | {cells} | {r['gold_s']} |")
-    return "\n".join(lines)
-
+    return markdown_table(
+        ("rows", "workload", "fraction", "path", *PHASES, "gold s"),
+        (
+            (f"{result['fact_rows']:,}", r["workload"], f"{r['fraction']:.2%}", r["path"],
+             *(f"{r['phases_s'].get(p, 0.0):.1f}" for p in PHASES), r["gold_s"])
+            for r in result["runs"]
+        ),
+    )

@@ -32,6 +32,7 @@ from lakehouse.declaration import Pipeline
 from lakehouse.paths import checkpoint_dir
 from lakehouse.spark import ensure_schemas
 from lakehouse.tables import gold_table, silver_current_table, silver_history_table
+from testkit.bench import markdown_table
 from testkit.bench.gold import _commits_since, _jobs_so_far, _versions
 from testkit.bench.ingest import _clean, _raw_ceiling, isolated_pipeline
 
@@ -109,8 +110,8 @@ def bench_pipeline(
 ) -> dict[str, Any]:
     """Time raw copy, bronze, silver and gold over the same workload at each batch size."""
     from lakehouse.bronze import run_bronze
-    from lakehouse.gold import run_gold
-    from lakehouse.silver import run_silver
+    from lakehouse.gold import prepare_view, run_gold, view_plan
+    from lakehouse.silver import ensure_silver_tables, run_silver
     from lakehouse.verify.views import verify_pipeline
     from testkit.simulator import produce, simulate, write_truth
 
@@ -164,14 +165,11 @@ def bench_pipeline(
             timed("raw", lambda: _raw_ceiling(spark, bench, bootstrap, raw_table, checkpoints / "raw", size))
             timed("bronze", lambda: run_bronze(spark, bench, Path(lake), bootstrap, max_offsets_per_trigger=size,
                                                checkpoint=checkpoints / "bronze"))
-            # silver's tables exist only once its queries start: history versions read after creation
-            from lakehouse.silver import ensure_silver_tables
-
+            # silver's and gold's tables exist only once their queries start: created first, so
+            # that the versions their MERGE metrics are counted from can be read
             for source in bench.sources.values():
                 ensure_silver_tables(spark, bench, source)
             timed("silver", lambda: run_silver(spark, bench, Path(lake), max_files_per_trigger=1), tables)
-            from lakehouse.gold import prepare_view, view_plan
-
             for view in bench.views:
                 prepare_view(spark, bench, view_plan(bench, view))
             timed("gold", lambda: run_gold(spark, bench, Path(lake), max_files_per_trigger=1),
@@ -210,24 +208,24 @@ def _merge_totals(commits: dict[str, dict[str, Any]]) -> dict[str, int]:
 
 
 def render_table(result: dict[str, Any]) -> str:
-    """The README's table: per batch size and stage, records/s, batches, median batch, jobs per batch."""
-    lines = [
-        "| batch size | records | stage | seconds | records/s | batches | median batch s | Spark jobs/batch |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
+    """The README's table: per batch size and stage, records/s, batches, median batch, jobs per
+    batch; then the fitted fixed and per-record cost per stage."""
+    rows = []
     for row in result["sizes"]:
+        size, records = f"{row['batch_size']:,}", f"{row['records']:,}"
         for stage in STAGES:
             e = row["stages"][stage]
-            lines.append(
-                f"| {row['batch_size']:,} | {row['records']:,} | {stage} | {e['seconds']} | {e['changes_per_s']:,.0f} | "
-                f"{e['batches']} | {e['median_batch_s']} | {e.get('jobs_per_batch', '-')} |"
-            )
-        lines.append(
-            f"| {row['batch_size']:,} | {row['records']:,} | **bronze+silver+gold** | {row['pipeline_seconds']} | "
-            f"**{row['pipeline_changes_per_s']:,.0f}** | | | |"
-        )
-    if result.get("fits"):
-        lines += ["", "| stage | fixed s per batch | per change ms | batches fitted |", "|---|---|---|---|"]
-        for stage, fit in result["fits"].items():
-            lines.append(f"| {stage} | {fit['fixed_s']} | {fit['per_change_ms']} | {fit['batches']} |")
-    return "\n".join(lines)
+            rows.append((size, records, stage, e["seconds"], f"{e['changes_per_s']:,.0f}", e["batches"],
+                         e["median_batch_s"], e.get("jobs_per_batch", "-")))
+        rows.append((size, records, "**bronze+silver+gold**", row["pipeline_seconds"],
+                     f"**{row['pipeline_changes_per_s']:,.0f}**", "", "", ""))
+    table = markdown_table(
+        ("batch size", "records", "stage", "seconds", "records/s", "batches", "median batch s", "Spark jobs/batch"), rows
+    )
+    if not result.get("fits"):
+        return table
+    fits = markdown_table(
+        ("stage", "fixed s per batch", "per change ms", "batches fitted"),
+        ((stage, f["fixed_s"], f["per_change_ms"], f["batches"]) for stage, f in result["fits"].items()),
+    )
+    return table + "\n\n" + fits

@@ -24,15 +24,10 @@ PANELS = ("uniform", "oltp", "hot_parent")
 
 def plot_gold(results: Sequence[dict[str, Any]], out: Path, machine: str | None = None) -> Path:
     """Draw `bench_gold` results (one per scale) into `out` (PNG)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     workloads = [w for w in PANELS if any(r["workload"] == w for res in results for r in res["runs"])]
-    fig, axes = plt.subplots(1, len(workloads), figsize=(5.2 * len(workloads), 4.4), squeeze=False)
+    fig, axes = _figure(len(workloads))
     styles = ["-", "--", ":"]
-    for ax, workload in zip(axes[0], workloads):
+    for ax, workload in zip(axes, workloads):
         for style, res in zip(styles, sorted(results, key=lambda r: r["fact_rows"])):
             runs = sorted((r for r in res["runs"] if r["workload"] == workload), key=lambda r: r["fraction"])
             if not runs:
@@ -44,23 +39,9 @@ def plot_gold(results: Sequence[dict[str, Any]], out: Path, machine: str | None 
             for x, r in zip(xs, runs):  # the path the cost model took
                 marker = "o" if r["path"] == "incremental" else "s"
                 ax.plot([x], [r["gold_s"]], marker, color="tab:blue", markersize=6, markerfacecolor="white")
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_title(f"{workload}  (gold: o incremental, \u25a1 recompute)", fontsize=10)
-        ax.set_xlabel("changed share of the fact table, %")
-        ax.set_ylabel("seconds per batch")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.suptitle(
-        f"cdc-enrich bench gold, order_items_enriched, {machine or platform.machine()} "
-        f"{_cores()} cores, {date.today().isoformat()}",
-        fontsize=10,
-    )
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+        _style(ax, "changed share of the fact table, %", "seconds per batch",
+               f"{workload}  (gold: o incremental, \u25a1 recompute)", ylog=True)
+    return _save(fig, out, "cdc-enrich bench gold, order_items_enriched", machine)
 
 
 def _figure(panels: int) -> tuple[Any, Any]:
@@ -73,10 +54,23 @@ def _figure(panels: int) -> tuple[Any, Any]:
     return fig, axes[0]
 
 
-def _save(fig: Any, out: Path, title: str) -> Path:
+def _style(ax: Any, xlabel: str, ylabel: str, title: str, *, ylog: bool = False, legend_size: int = 7) -> None:
+    """One panel's axes as every bench plot draws them: log x (and y), labels, grid, legend."""
+    ax.set_xscale("log")
+    if ylog:
+        ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title, fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=legend_size)
+
+
+def _save(fig: Any, out: Path, title: str, machine: str | None = None) -> Path:
     import matplotlib.pyplot as plt
 
-    fig.suptitle(f"{title}, {platform.machine()} {_cores()} cores, {date.today().isoformat()}", fontsize=10)
+    fig.suptitle(f"{title}, {machine or platform.machine()} {_cores()} cores, {date.today().isoformat()}", fontsize=10)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)
@@ -94,13 +88,7 @@ def plot_pipeline(result: dict[str, Any], out: Path) -> Path:
     for stage, color in STAGE_COLORS.items():
         left.plot(sizes, [row["stages"][stage]["changes_per_s"] for row in result["sizes"]], "-o", color=color, label=stage)
     left.plot(sizes, [row["pipeline_changes_per_s"] for row in result["sizes"]], "-s", color="black", label="bronze+silver+gold")
-    left.set_xscale("log")
-    left.set_yscale("log")
-    left.set_xlabel("records per trigger (per query)")
-    left.set_ylabel("records per second")
-    left.set_title("throughput per stage", fontsize=10)
-    left.grid(True, which="both", alpha=0.3)
-    left.legend(fontsize=7)
+    _style(left, "records per trigger (per query)", "records per second", "throughput per stage", ylog=True)
     for stage, points in result["batch_points"].items():
         if stage not in STAGE_COLORS or not points:
             continue
@@ -110,12 +98,7 @@ def plot_pipeline(result: dict[str, Any], out: Path) -> Path:
             xs = sorted({p[0] for p in points})
             right.plot(xs, [fit["fixed_s"] + fit["per_change_ms"] / 1000 * x for x in xs], "-", color=STAGE_COLORS[stage],
                        label=f"{stage}: {fit['fixed_s']:.1f}s + {fit['per_change_ms']:.3f}ms/record")
-    right.set_xscale("log")
-    right.set_xlabel("records in the batch")
-    right.set_ylabel("seconds per batch")
-    right.set_title("every micro-batch, and the fitted fixed + per-record cost", fontsize=10)
-    right.grid(True, which="both", alpha=0.3)
-    right.legend(fontsize=7)
+    _style(right, "records in the batch", "seconds per batch", "every micro-batch, and the fitted fixed + per-record cost")
     return _save(fig, out, "cdc-enrich bench pipeline")
 
 
@@ -129,11 +112,7 @@ def plot_freshness(result: dict[str, Any], out: Path) -> Path:
     for r in runs:
         ax.annotate("bounded" if r["bounded"] else "not bounded", (r["rate"], r["p99_s"]), fontsize=7,
                     textcoords="offset points", xytext=(4, 4))
-    ax.set_xscale("log")
-    ax.set_xlabel("changes per second (Kafka records)")
-    ax.set_ylabel("seconds from source commit to gold commit")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
+    _style(ax, "changes per second (Kafka records)", "seconds from source commit to gold commit", "", legend_size=8)
     return _save(fig, out, "cdc-enrich bench freshness (continuous run)")
 
 

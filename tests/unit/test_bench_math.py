@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from decimal import Decimal
+from typing import Callable
 
 from lakehouse.declaration import load_pipeline
 from lakehouse.paths import REPO_ROOT
@@ -35,7 +36,7 @@ def test_percentiles_by_nearest_rank() -> None:
     assert percentile([], 0.5) is None
 
 
-def _run(latency_at: "callable", seen_if: "callable" = lambda i: True) -> dict:
+def _run(latency_at: Callable[[float], float], seen_if: Callable[[int], bool] = lambda i: True) -> dict:
     sent = {("orders", Decimal(i)): float(i) for i in range(300)}
     seen = {k: t + latency_at(t) for k, t in sent.items() if seen_if(int(t))}
     return latency_summary(sent, seen)
