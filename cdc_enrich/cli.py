@@ -78,8 +78,14 @@ def cmd_stack(args: argparse.Namespace) -> int:
 
     lake = lake_root(args.lake)
     if args.action == "up":
-        status = stack.broker_up(lake, port=args.port)
+        status = stack.broker_up(lake, port=args.port, secure=args.secure)
         _say(f"kafka: {status.describe()}")
+        listener = stack.secure_listener(lake) if args.secure else None
+        if listener is not None:
+            _say(
+                f"kafka: SASL_SSL (SCRAM-SHA-512) listener at {listener.bootstrap}, user {listener.tls.username}; "
+                f"password, CA ({listener.tls.ca_pem.name}) and trust store in {listener.tls.ca_pem.parent}"
+            )
         if args.with_postgres:
             _postgres_up(args, lake, status.bootstrap)
         return 0
@@ -375,6 +381,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("action", choices=("up", "down", "status"))
     p.add_argument("--port", type=int, help="broker port on 127.0.0.1 (controller uses port+1; default 19092 or CDC_ENRICH_KAFKA_PORT)")
     p.add_argument("--with-postgres", action="store_true", help="also PostgreSQL (port 15432) and Debezium's connector")
+    p.add_argument("--secure", action="store_true", help="also a SASL_SSL listener (SCRAM-SHA-512 over TLS) on port+2, as managed Kafka services offer")
     p.add_argument("--pipeline", default=str(DEFAULT_PIPELINE), help="pipeline whose tables Debezium captures (with --with-postgres)")
     p.set_defaults(func=cmd_stack)
 

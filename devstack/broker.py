@@ -10,12 +10,19 @@ Everything it owns lives under `<lake>/stack/kafka/`:
     broker.pid          pid of the broker *we* started; the only process we ever stop
     stack.json          port and cluster id, so status/down/other processes find the broker
     data/               log.dirs (formatted once with StorageTool; meta.properties marks it)
+    tls/                with `secure=True`: the broker's key and certificate (made once with the
+                        JDK's keytool), the CA as PEM and a trust store for clients, and
+                        credentials.json (key store passwords, the SCRAM user's password; 0600)
+
+`secure=True` adds a SASL_SSL listener on port+2 (SCRAM-SHA-512 over TLS, as managed Kafka
+services offer), beside the PLAINTEXT one; `secure_listener(lake)` says how to reach it.
 """
 
 from __future__ import annotations
 
 import base64
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -31,6 +38,7 @@ from lakehouse.entry import LOCAL_BROKER_DEFAULT_PORT as DEFAULT_PORT
 from lakehouse.entry import LOCAL_BROKER_HOST as HOST
 from lakehouse.entry import LOCAL_BROKER_PORT_ENV as PORT_ENV
 from lakehouse.errors import StackError
+from lakehouse.kafka import KafkaConnection, as_connection
 from lakehouse.paths import jar_cache, jars, local_broker_state
 
 HEAP = "-Xmx512m"  # the machine also runs Spark; a demo broker needs little
@@ -104,9 +112,9 @@ def _env_port() -> int | None:
 
 
 def _check_port(port: int) -> int:
-    # port+1 is the controller listener, so the broker port must leave room for it.
-    if not 1024 <= port <= 65534:
-        raise StackError(f"Kafka port {port} is out of range: use 1024-65534 (port+1 is the controller)")
+    # port+1 is the controller listener and port+2 the SASL_SSL one, so the broker port leaves room.
+    if not 1024 <= port <= 65533:
+        raise StackError(f"Kafka port {port} is out of range: use 1024-65533 (port+1 is the controller, port+2 the SASL_SSL listener)")
     return port
 
 
@@ -198,8 +206,8 @@ def _logging_note(classpath: list[Path]) -> str | None:
     return None
 
 
-def _ensure_ports_free(port: int) -> None:
-    for what, p in (("broker", port), ("controller", port + 1)):
+def _ensure_ports_free(port: int, secure: bool) -> None:
+    for what, p in (("broker", port), ("controller", port + 1), *((("SASL_SSL", port + 2),) if secure else ())):
         if not procs.port_free(p):
             raise StackError(
                 f"port {p} ({HOST}:{p}, the Kafka {what} listener) is already in use by another process, "
@@ -216,16 +224,31 @@ def _escape(value: str) -> str:
     return value.replace("\\", "\\\\")
 
 
-def _server_properties(lake: Path, port: int) -> str:
+def _server_properties(lake: Path, port: int, tls: "TlsFiles | None" = None) -> str:
     controller = port + 1
+    listeners, advertised, protocols = [f"PLAINTEXT://{HOST}:{port}", f"CONTROLLER://{HOST}:{controller}"], [f"PLAINTEXT://{HOST}:{port}"], ["PLAINTEXT:PLAINTEXT", "CONTROLLER:PLAINTEXT"]
+    secured: dict[str, str] = {}
+    if tls is not None:
+        listeners.append(f"SECURE://{HOST}:{port + 2}")
+        advertised.append(f"SECURE://{HOST}:{port + 2}")
+        protocols.append("SECURE:SASL_SSL")
+        secured = {
+            "sasl.enabled.mechanisms": SCRAM_MECHANISM,
+            "listener.name.secure.scram-sha-512.sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+            "listener.name.secure.ssl.keystore.type": "PKCS12",
+            "listener.name.secure.ssl.keystore.location": _escape(str(tls.keystore)),
+            "listener.name.secure.ssl.keystore.password": tls.keystore_password,
+            "listener.name.secure.ssl.key.password": tls.keystore_password,
+        }
     settings = {
         "process.roles": "broker,controller",
         "node.id": "1",
-        "listeners": f"PLAINTEXT://{HOST}:{port},CONTROLLER://{HOST}:{controller}",
-        "advertised.listeners": f"PLAINTEXT://{HOST}:{port}",
+        "listeners": ",".join(listeners),
+        "advertised.listeners": ",".join(advertised),
         "controller.listener.names": "CONTROLLER",
         "inter.broker.listener.name": "PLAINTEXT",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "listener.security.protocol.map": ",".join(protocols),
+        **secured,
         "controller.quorum.bootstrap.servers": f"{HOST}:{controller}",
         "log.dirs": _escape(str(_data_dir(lake))),
         # single node: every internal topic must make do with one replica
@@ -241,6 +264,129 @@ def _server_properties(lake: Path, port: int) -> str:
     lines = ["# Written by devstack.broker on every `stack up`; edits are overwritten."]
     lines += [f"{key}={value}" for key, value in settings.items()]
     return "\n".join(lines) + "\n"
+
+
+SCRAM_MECHANISM = "SCRAM-SHA-512"
+SCRAM_USER = "cdc-enrich"
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    """The secure listener's key material and secrets (made once per lake by `_ensure_tls`)."""
+
+    keystore: Path  # the broker's key and self-signed certificate (PKCS12)
+    keystore_password: str
+    truststore: Path  # the certificate, for Java clients (Spark's Kafka source)
+    truststore_password: str
+    ca_pem: Path  # the certificate as PEM, for librdkafka clients
+    username: str
+    password: str  # the SCRAM user's
+
+
+@dataclass(frozen=True)
+class SecureListener:
+    """How a client reaches this lake's SASL_SSL listener."""
+
+    bootstrap: str
+    tls: TlsFiles
+
+    def kafka_options(self, password: str | None = None) -> dict[str, str]:
+        """`kafka.options` for a pipeline file (Java names); `password` replaces the real one
+        (e.g. a ${env:NAME} reference)."""
+        secret = self.tls.password if password is None else password
+        return {
+            "security.protocol": "SASL_SSL",
+            "sasl.mechanism": SCRAM_MECHANISM,
+            "sasl.jaas.config": (
+                'org.apache.kafka.common.security.scram.ScramLoginModule required '
+                f'username="{self.tls.username}" password="{secret}";'
+            ),
+            "ssl.truststore.location": str(self.tls.truststore),
+            "ssl.truststore.type": "PKCS12",
+            "ssl.ca.location": str(self.tls.ca_pem),
+        }
+
+
+def _tls_dir(lake: Path) -> Path:
+    return kafka_dir(lake) / "tls"
+
+
+def _keytool() -> str:
+    java = Path(_java())
+    found = java.with_name("keytool")
+    if found.exists():
+        return str(found)
+    return shutil.which("keytool") or "keytool"
+
+
+def _ensure_tls(lake: Path) -> TlsFiles:
+    """The broker's certificate (self-signed, for 127.0.0.1 and localhost) and the SCRAM user's
+    password: made once with the JDK's keytool, kept under tls/ (credentials.json is 0600)."""
+    folder = _tls_dir(lake)
+    secrets_file = folder / "credentials.json"
+    state = procs.read_state(secrets_file)
+    files = {"keystore": folder / "broker.p12", "truststore": folder / "truststore.p12", "ca_pem": folder / "ca.pem"}
+    if not (state and all(p.exists() for p in files.values())):
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        state = {
+            "keystore_password": secrets.token_urlsafe(18),
+            "truststore_password": secrets.token_urlsafe(18),
+            "username": SCRAM_USER,
+            "password": secrets.token_urlsafe(18),
+        }
+        keytool, ks, ts = _keytool(), str(files["keystore"]), str(files["truststore"])
+        steps = [
+            [keytool, "-genkeypair", "-alias", "broker", "-keyalg", "RSA", "-keysize", "2048", "-validity", "3650",
+             "-dname", f"CN={HOST}", "-ext", f"SAN=ip:{HOST},dns:localhost", "-storetype", "PKCS12",
+             "-keystore", ks, "-storepass", state["keystore_password"], "-keypass", state["keystore_password"]],
+            [keytool, "-exportcert", "-rfc", "-alias", "broker", "-keystore", ks, "-storepass", state["keystore_password"],
+             "-file", str(files["ca_pem"])],
+            [keytool, "-importcert", "-noprompt", "-alias", "broker", "-file", str(files["ca_pem"]), "-storetype", "PKCS12",
+             "-keystore", ts, "-storepass", state["truststore_password"]],
+        ]  # fmt: skip
+        for step in steps:
+            done = subprocess.run(step, capture_output=True, text=True, timeout=120)
+            if done.returncode != 0:
+                raise StackError(f"keytool failed making the broker's certificate ({step[1]}): {done.stderr.strip() or done.stdout.strip()}")
+        procs.write_state(secrets_file, state, private=True)
+    return TlsFiles(
+        keystore=files["keystore"], keystore_password=state["keystore_password"],
+        truststore=files["truststore"], truststore_password=state["truststore_password"],
+        ca_pem=files["ca_pem"], username=state["username"], password=state["password"],
+    )  # fmt: skip
+
+
+def secure_listener(lake: Path) -> SecureListener | None:
+    """The SASL_SSL listener of this lake's broker, when it was started with `secure=True`."""
+    if not _read_state(lake).get("secure"):
+        return None
+    return SecureListener(f"{HOST}:{configured_port(lake) + 2}", _ensure_tls(lake))
+
+
+def _ensure_scram_user(lake: Path, bootstrap: str, listener: SecureListener, timeout_s: float) -> None:
+    """Create (or reset) the SCRAM user through the PLAINTEXT listener, then wait until the
+    SASL_SSL listener accepts it (credentials reach the broker through the metadata log)."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
+
+    admin = AdminClient(_probe_config(bootstrap))
+    upsert = UserScramCredentialUpsertion(
+        listener.tls.username, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192), listener.tls.password.encode()
+    )
+    for future in admin.alter_user_scram_credentials([upsert]).values():
+        future.result(timeout=30)
+    secure = AdminClient(_probe_config(KafkaConnection(listener.bootstrap, listener.kafka_options())))
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if secure.list_topics(timeout=2).brokers:
+                return
+        except KafkaException:
+            pass
+        if time.monotonic() > deadline:
+            raise _error(lake, f"the broker's SASL_SSL listener {listener.bootstrap} did not accept the SCRAM user within {timeout_s:g} s")
+        time.sleep(0.2)
 
 
 def _log4j2_properties(lake: Path) -> str:
@@ -313,15 +459,14 @@ def _format_storage(java: str, classpath: list[Path], lake: Path, cluster_id: st
 # --------------------------------------------------------------------------- readiness
 
 
-def _probe_config(bootstrap: str) -> dict[str, object]:
+def _probe_config(kafka: str | KafkaConnection) -> dict[str, object]:
     # log_level 0: "connection refused" while the JVM starts is expected, not worth printing
-    return {
-        "bootstrap.servers": bootstrap,
+    return as_connection(kafka).client_config(**{
         "log_level": 0,
         "reconnect.backoff.ms": 50,
         "reconnect.backoff.max.ms": 250,
         "socket.connection.setup.timeout.ms": 1000,
-    }
+    })
 
 
 def _wait_ready(proc: subprocess.Popen[bytes] | None, pid: int, lake: Path, bootstrap: str, timeout_s: float) -> None:
@@ -367,11 +512,12 @@ def broker_status(lake: Path) -> BrokerStatus:
     )
 
 
-def broker_up(lake: Path, port: int | None = None, timeout_s: float = 60) -> BrokerStatus:
+def broker_up(lake: Path, port: int | None = None, timeout_s: float = 60, secure: bool = False) -> BrokerStatus:
     """Start this lake's broker, or return the one already running (idempotent).
 
     `port` (else CDC_ENRICH_KAFKA_PORT, else the port remembered in stack.json, else 19092) is the
-    PLAINTEXT listener; port+1 is the KRaft controller. Raises StackError with the broker log's tail
+    PLAINTEXT listener; port+1 is the KRaft controller; with `secure`, port+2 is a SASL_SSL
+    listener (`secure_listener`). Raises StackError with the broker log's tail
     when it cannot start; a broker that fails to become ready is killed, never left half-started.
     """
     lake = Path(lake)
@@ -385,23 +531,28 @@ def broker_up(lake: Path, port: int | None = None, timeout_s: float = 60) -> Bro
                     f"this lake's Kafka broker is already running on port {running_port} (pid {pid}), "
                     f"not {wanted}: run `stack down` first to move it"
                 )
+            if secure and not _read_state(lake).get("secure"):
+                raise StackError(f"this lake's Kafka broker (pid {pid}) runs without its SASL_SSL listener: run `stack down`, then `stack up --secure`")
             _wait_ready(None, pid, lake, bootstrap_servers(lake), timeout_s)
             return broker_status(lake)
         _pid_file(lake).unlink(missing_ok=True)  # stale: its process is gone or is not ours
-        return _start(lake, wanted or configured_port(lake), timeout_s)
+        return _start(lake, wanted or configured_port(lake), timeout_s, secure)
 
 
-def _start(lake: Path, port: int, timeout_s: float) -> BrokerStatus:
+def _start(lake: Path, port: int, timeout_s: float, secure: bool = False) -> BrokerStatus:
     java = _java()
     classpath = _classpath()
-    _ensure_ports_free(_check_port(port))
+    _ensure_ports_free(_check_port(port), secure)
 
     state = _read_state(lake)
     cluster_id = state.get("cluster_id")
     if not isinstance(cluster_id, str) or not (_data_dir(lake) / "meta.properties").exists():
         cluster_id = _new_cluster_id()  # a fresh data dir gets a fresh cluster
-    _write_state(lake, {"port": port, "controller_port": port + 1, "cluster_id": cluster_id})
-    _props_file(lake).write_text(_server_properties(lake, port))
+    _write_state(lake, {"port": port, "controller_port": port + 1, "cluster_id": cluster_id, "secure": secure})
+    tls = _ensure_tls(lake) if secure else None
+    _props_file(lake).write_text(_server_properties(lake, port, tls))
+    if tls is not None:
+        _props_file(lake).chmod(0o600)  # it holds the key store's password
     (kafka_dir(lake) / "log4j2.properties").write_text(_log4j2_properties(lake))
 
     note = _logging_note(classpath)
@@ -420,6 +571,10 @@ def _start(lake: Path, port: int, timeout_s: float) -> BrokerStatus:
     _pid_file(lake).write_text(f"{proc.pid}\n")
     try:
         _wait_ready(proc, proc.pid, lake, f"{HOST}:{port}", timeout_s)
+        if secure:
+            listener = secure_listener(lake)
+            assert listener is not None
+            _ensure_scram_user(lake, f"{HOST}:{port}", listener, timeout_s)
     except BaseException:
         _stop(proc.pid, lake, timeout_s=5)
         _pid_file(lake).unlink(missing_ok=True)
@@ -442,8 +597,9 @@ def broker_down(lake: Path, timeout_s: float = 30) -> bool:
         return pid is not None
 
 
-def create_topics(bootstrap: str, topics: list[str], partitions: int = 1) -> None:
-    """Create topics (replication 1) and wait until done; topics that already exist are fine."""
+def create_topics(kafka: str | KafkaConnection, topics: list[str], partitions: int = 1) -> None:
+    """Create topics (replication 1) and wait until done; topics that already exist are fine.
+    `kafka`: bootstrap servers, or a connection with security options."""
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -451,7 +607,8 @@ def create_topics(bootstrap: str, topics: list[str], partitions: int = 1) -> Non
         raise StackError(f"a topic needs at least 1 partition, not {partitions}")
     if not topics:
         return
-    admin = AdminClient(_probe_config(bootstrap))
+    admin = AdminClient(_probe_config(kafka))
+    bootstrap = as_connection(kafka).servers
     futures = admin.create_topics(
         [NewTopic(t, num_partitions=partitions, replication_factor=1) for t in topics],
         operation_timeout=30,

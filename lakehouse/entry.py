@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterator
 from lakehouse.declaration import Pipeline, load_pipeline
 from lakehouse.errors import CdcEnrichError, PipelineConfigError
 from lakehouse.paths import local_broker_state
+from lakehouse.secrets import redact
 from lakehouse.streaming import TRIGGERS, check_trigger  # noqa: F401 (TRIGGERS: the entry points' --trigger choices)
 
 BOOTSTRAP_ENV = "CDC_ENRICH_KAFKA_BOOTSTRAP"
@@ -162,7 +163,7 @@ def run_main(name: str, body: Callable[[], int]) -> int:
     try:
         return int(body() or EXIT_OK)
     except CdcEnrichError as exc:
-        print(f"{name}: error: {exc}", file=sys.stderr, flush=True)
+        print(f"{name}: error: {redact(str(exc))}", file=sys.stderr, flush=True)
         return exit_code(exc)
     except KeyboardInterrupt:
         return 130

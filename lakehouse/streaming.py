@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from lakehouse.errors import CdcEnrichError, PipelineConfigError, StreamError, TableLayoutError, UnknownNameError
+from lakehouse.secrets import redact
 
 AVAILABLE_NOW = "available_now"
 PROCESSING_TIME = "processing_time"
@@ -95,8 +96,8 @@ def apply_trigger(writer: Any, trigger: str, processing_time: str) -> Any:
 
 
 def first_line(exc: BaseException) -> str:
-    """An exception's first line (Spark's carry whole plans)."""
-    lines = str(exc).strip().splitlines()
+    """An exception's first line (Spark's carry whole plans), secrets redacted."""
+    lines = redact(str(exc)).strip().splitlines()
     return lines[0][:500] if lines else type(exc).__name__
 
 

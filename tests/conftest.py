@@ -43,28 +43,45 @@ def shop_pipeline(shop_pipeline_path: Path):
 
 
 @pytest.fixture(scope="session")
-def kafka_bootstrap(lake: Path) -> str:
-    """A real Kafka broker on 127.0.0.1, started through the same stack code as the CLI."""
+def kafka_broker(lake: Path):
+    """A real Kafka broker on 127.0.0.1, started through the same stack code as the CLI, with
+    its SASL_SSL listener (SCRAM-SHA-512 over TLS) beside the PLAINTEXT one."""
     import socket
 
     from devstack.broker import broker_down, broker_up
 
-    def free_pair() -> int:
+    def free_ports() -> int:  # port, port+1 (controller), port+2 (SASL_SSL)
         for _ in range(50):
             with socket.socket() as s:
                 s.bind(("127.0.0.1", 0))
                 port = s.getsockname()[1]
             try:
-                with socket.socket() as s2:
-                    s2.bind(("127.0.0.1", port + 1))
+                for offset in (1, 2):
+                    with socket.socket() as s2:
+                        s2.bind(("127.0.0.1", port + offset))
                 return port
             except OSError:
                 continue
-        raise RuntimeError("no free pair of ports on 127.0.0.1")
+        raise RuntimeError("no three free ports in a row on 127.0.0.1")
 
-    status = broker_up(lake, port=free_pair())
-    yield status.bootstrap
+    yield broker_up(lake, port=free_ports(), secure=True)
     broker_down(lake)
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(kafka_broker) -> str:
+    """The broker's PLAINTEXT listener."""
+    return kafka_broker.bootstrap
+
+
+@pytest.fixture(scope="session")
+def secure_kafka(kafka_broker, lake: Path):
+    """The broker's SASL_SSL listener (`devstack.broker.SecureListener`)."""
+    from devstack.broker import secure_listener
+
+    listener = secure_listener(lake)
+    assert listener is not None
+    return listener
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

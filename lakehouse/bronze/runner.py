@@ -29,6 +29,7 @@ from lakehouse.bronze.fast_sql import KAFKA_COLUMNS, PARSERS, STREAM, SqlPass
 from lakehouse.bronze.tables import ensure_bronze_tables
 from lakehouse.declaration import Pipeline, Source
 from lakehouse.errors import CdcEnrichError
+from lakehouse.kafka import KafkaConnection, as_connection, check_connection, kafka_connection
 from lakehouse.paths import checkpoint_dir
 from lakehouse.streaming import StreamSpec, check_trigger, first_line, run_streams
 from lakehouse.tables import (
@@ -108,18 +109,15 @@ def undeclared_pattern(pipeline: Pipeline) -> str:
     return f"^(?!(?:{declared})$){family}$"
 
 
-def undeclared_topics_exist(bootstrap: str, pipeline: Pipeline) -> bool:
-    """Whether Kafka holds a topic of `undeclared_pattern` (True when Kafka cannot be asked).
+def undeclared_topics_exist(topics: Iterable[str] | None, pipeline: Pipeline) -> bool:
+    """Whether Kafka's `topics` hold one of `undeclared_pattern` (True when Kafka could not be
+    asked: None).
 
     The undeclared-topics stream is a whole query (its start, offsets and commit logs: about
     1.5 s of a run); with no such topic it would read nothing, and a topic created later is
     read from its start by the next run, so it is started only when there is one.
     """
-    try:
-        from confluent_kafka.admin import AdminClient
-
-        topics = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics
-    except Exception:  # noqa: BLE001 - unknown: run the stream, which reports what is wrong
+    if topics is None:
         return True
     pattern = re.compile(undeclared_pattern(pipeline))
     return any(pattern.match(topic) for topic in topics)
@@ -127,7 +125,7 @@ def undeclared_topics_exist(bootstrap: str, pipeline: Pipeline) -> bool:
 
 def kafka_stream(
     spark: SparkSession,
-    bootstrap: str,
+    kafka: str | KafkaConnection,
     starting_offsets: str,
     max_offsets_per_trigger: int,
     *,
@@ -139,10 +137,11 @@ def kafka_stream(
     `failOnDataLoss` stays true: if offsets the checkpoint expects were deleted (retention,
     a recreated topic) the stream stops loudly rather than skipping records silently.
     `startingOffsets` applies to the first start only; restarts resume from the checkpoint.
+    `kafka`: bootstrap servers, or a connection with the pipeline's security options.
     """
     reader = (
         spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", bootstrap)
+        .options(**as_connection(kafka).spark_options())
         .option("startingOffsets", starting_offsets)
         .option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))
         .option("failOnDataLoss", "true")
@@ -435,6 +434,8 @@ def bronze_streams(
         if progress is not None:
             progress(message)
 
+    connection = kafka_connection(bootstrap, pipeline.kafka.options)
+    topics = check_connection(connection)  # a refused login fails here, before any table or query
     ensure_bronze_tables(spark, pipeline)
     report = BronzeReport(
         pipeline=pipeline.name, checkpoint=str(base), trigger=trigger, parser=parser,
@@ -445,19 +446,19 @@ def bronze_streams(
 
     def plan(source: Source) -> tuple[_Stream, DataFrame]:
         handler = _SourceStream(pipeline, source, parser, report, lock, say)
-        return handler, handler.frame(kafka_stream(spark, bootstrap, starting, max_offsets, topics=[source.topic]))
+        return handler, handler.frame(kafka_stream(spark, connection, starting, max_offsets, topics=[source.topic]))
 
     # A source's SQL pass is thousands of py4j calls (about a second) when first built, the
     # JVM pass a few dozen: built side by side, since each thread waits on its own JVM connection.
     with ThreadPoolExecutor(max_workers=max(1, len(pipeline.sources))) as pool:
         plans: list[tuple[_Stream, DataFrame]] = list(pool.map(plan, pipeline.sources.values()))
-    if undeclared_topics and undeclared_topics_exist(bootstrap, pipeline):
-        raw = kafka_stream(spark, bootstrap, starting, max_offsets, pattern=undeclared_pattern(pipeline))
+    if undeclared_topics and undeclared_topics_exist(topics, pipeline):
+        raw = kafka_stream(spark, connection, starting, max_offsets, pattern=undeclared_pattern(pipeline))
         plans.append((_UndeclaredStream(pipeline, report, lock, say), raw))
     say(
         f"bronze {pipeline.name}: {len(pipeline.sources)} source streams"
         f"{' + 1 for undeclared ' + pipeline.kafka.topic_prefix + '.' + pipeline.kafka.source_schema + '.* topics' if undeclared_topics else ''} "
-        f"from {bootstrap}, trigger {trigger}, at most {max_offsets} records per batch, checkpoints {base}"
+        f"from {bootstrap}{'' if connection.secured == 'PLAINTEXT' else ' (' + connection.secured + ')'}, trigger {trigger}, at most {max_offsets} records per batch, checkpoints {base}"
     )
     return [_bronze_stream(handler, frame, base, pipeline) for handler, frame in plans], report, say
 

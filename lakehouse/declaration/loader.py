@@ -34,6 +34,7 @@ from lakehouse.declaration.model import (
     ViewColumn,
 )
 from lakehouse.errors import PipelineConfigError
+from lakehouse.kafka import option_problems
 
 # --------------------------------------------------------------------------- validation helpers
 
@@ -115,7 +116,7 @@ def _column_type(value: Any, path: str, problems: Problems) -> str | None:
 def _kafka(raw: Any, problems: Problems, pipeline_name: str) -> KafkaSettings:
     path = "kafka"
     values = _mapping(raw, path, problems, required=False)
-    _unknown_keys(values, ("topic_prefix", "source_schema", "bootstrap_servers", "starting_offsets", "max_offsets_per_trigger"), path, problems)
+    _unknown_keys(values, ("topic_prefix", "source_schema", "bootstrap_servers", "starting_offsets", "max_offsets_per_trigger", "options"), path, problems)
     prefix = values.get("topic_prefix", pipeline_name)
     if not isinstance(prefix, str) or not re.match(r"^[A-Za-z0-9._-]+$", prefix):
         problems.add(_join(path, "topic_prefix"), f"expected a Kafka topic prefix (letters, digits, . _ -), got {_kind(prefix)}")
@@ -131,7 +132,30 @@ def _kafka(raw: Any, problems: Problems, pipeline_name: str) -> KafkaSettings:
         bootstrap_servers=bootstrap,
         starting_offsets=_choice(values, "starting_offsets", STARTING_OFFSETS, "earliest", path, problems),
         max_offsets_per_trigger=_int(values, "max_offsets_per_trigger", 200_000, path, problems, minimum=1),
+        options=_kafka_options(values.get("options"), _join(path, "options"), problems),
     )
+
+
+def _kafka_options(raw: Any, path: str, problems: Problems) -> tuple[tuple[str, str], ...]:
+    """`kafka.options`: client option -> text (numbers and booleans as Kafka writes them).
+    Problems never quote a value: it may be a secret written in by mistake."""
+    values = _mapping(raw, path, problems, required=False)
+    options = []
+    for key, value in values.items():
+        where = _join(path, str(key))
+        if isinstance(value, bool):
+            value = "true" if value else "false"
+        elif isinstance(value, int):
+            value = str(value)
+        if not isinstance(value, str):
+            problems.add(where, f"expected a text, number or boolean, got {type(value).__name__ if value is not None else 'nothing (null)'}")
+            continue
+        found = option_problems(str(key), value)
+        for problem in found:
+            problems.add(where, problem)
+        if not found:
+            options.append((str(key), value))
+    return tuple(sorted(options))
 
 
 def _tables(raw: Any, problems: Problems, pipeline_name: str) -> TableNames:

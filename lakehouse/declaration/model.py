@@ -171,6 +171,9 @@ class KafkaSettings:
     bootstrap_servers: str | None = None  # None: the local stack's broker or CDC_ENRICH_KAFKA_BOOTSTRAP
     starting_offsets: str = "earliest"
     max_offsets_per_trigger: int = 200_000
+    # Kafka client options (Java names, as Spark's Kafka source takes them), values unresolved:
+    # references such as ${env:NAME} are resolved when a job starts (lakehouse.kafka).
+    options: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

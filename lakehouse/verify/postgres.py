@@ -44,6 +44,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from lakehouse.declaration import Column, Pipeline, Source, View
 from lakehouse.entry import resolve_bootstrap
+from lakehouse.kafka import KafkaConnection, as_connection, kafka_connection
 from lakehouse.errors import CdcEnrichError, VerificationError
 from lakehouse.sqltext import POSTGRES, quote_qualified, render_view
 
@@ -349,11 +350,11 @@ def wait_for_connector(dsn: str, pipeline: Pipeline, target: int, timeout_s: flo
     return wait_for_lsn(dsn, pipeline, target, timeout_s)
 
 
-def kafka_end_offsets(bootstrap: str, topics: Sequence[str]) -> dict[tuple[str, int], int]:
-    """Log end offset of every partition of `topics`."""
+def kafka_end_offsets(kafka: str | KafkaConnection, topics: Sequence[str]) -> dict[tuple[str, int], int]:
+    """Log end offset of every partition of `topics` (`kafka`: servers, or a secured connection)."""
     from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "cdc-enrich-verify-postgres", "enable.auto.commit": False})
+    consumer = Consumer(as_connection(kafka).client_config(**{"group.id": "cdc-enrich-verify-postgres", "enable.auto.commit": False}))
     try:
         metadata = consumer.list_topics(timeout=30)
         ends: dict[tuple[str, int], int] = {}
@@ -425,7 +426,7 @@ def drain(
     drained = time.monotonic()
     while True:
         catch_up.rounds += 1
-        ends = kafka_end_offsets(bootstrap, pipeline.topics)
+        ends = kafka_end_offsets(kafka_connection(bootstrap, pipeline.kafka.options), pipeline.topics)
         for stage, run in (
             ("bronze", lambda: run_bronze(spark, pipeline, lake, bootstrap, trigger="available_now")),
             ("silver", lambda: run_silver(spark, pipeline, lake, trigger="available_now")),

@@ -6,6 +6,7 @@ import time
 from typing import Any, Callable, Iterable
 
 from lakehouse.errors import StackError
+from lakehouse.kafka import KafkaConnection, as_connection
 from lakehouse.verify.truth import read_truth, read_truth_frames, write_truth_files  # noqa: F401 (the simulator's truth API)
 from testkit.simulator.records import KafkaRecord
 
@@ -14,22 +15,22 @@ from testkit.simulator.records import KafkaRecord
 
 def produce(
     records: Iterable[KafkaRecord],
-    bootstrap: str,
+    kafka: str | KafkaConnection,
     rate: float | None = None,
     progress: Callable[[int], None] | None = None,
     sent: list[float] | None = None,
 ) -> int:
     """Produce records in order (idempotent producer, acks=all), creating topics first; returns
     the count. `rate` caps records per second; `progress` gets the running count now and then;
-    `sent` gets each record's send time (epoch seconds), in order."""
+    `sent` gets each record's send time (epoch seconds), in order. `kafka`: bootstrap servers,
+    or a connection with security options."""
     from confluent_kafka import KafkaException, Producer
 
     batch = list(records)
-    _create_topics(bootstrap, batch)
-    producer = Producer({
-        "bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
-        "linger.ms": 5, "log_level": 0,
-    })
+    connection = as_connection(kafka)
+    bootstrap = connection.servers
+    _create_topics(connection, batch)
+    producer = Producer(connection.client_config(**{"enable.idempotence": True, "acks": "all", "linger.ms": 5, "log_level": 0}))
     failures: list[str] = []
 
     def delivered(err: Any, _msg: Any) -> None:
@@ -73,7 +74,7 @@ def _pace(started: float, count: int, rate: float | None) -> None:
             time.sleep(ahead)
 
 
-def _create_topics(bootstrap: str, records: list[KafkaRecord]) -> None:
+def _create_topics(kafka: KafkaConnection, records: list[KafkaRecord]) -> None:
     """Create every topic with enough partitions for the records (stack.create_topics if present)."""
     partitions: dict[str, int] = {}
     for rec in records:
@@ -84,4 +85,4 @@ def _create_topics(bootstrap: str, records: list[KafkaRecord]) -> None:
     from devstack.broker import create_topics
 
     for count, topics in sorted(by_count.items()):
-        create_topics(bootstrap, topics, count)
+        create_topics(kafka, topics, count)

@@ -59,6 +59,12 @@ def _produce(bootstrap: str, records: list[tuple[str, bytes | None, bytes | None
     return coordinates
 
 
+def _topics(bootstrap: str) -> set[str] | None:
+    from lakehouse.kafka import KafkaConnection, check_connection
+
+    return check_connection(KafkaConnection(bootstrap))
+
+
 def _fuzz(pipeline: Pipeline, rng: random.Random) -> list[tuple[str, bytes | None, bytes | None, str | None]]:
     """Valid traffic with malformed records mixed in: (topic, key, value, expected reason or None)."""
     out: list[tuple[str, bytes | None, bytes | None, str | None]] = []
@@ -117,11 +123,11 @@ def test_fuzzed_traffic_through_kafka_bronze_plus_quarantine_is_everything(spark
     ghost = f"{pipeline.kafka.topic_prefix}.{pipeline.kafka.source_schema}.ghosts"
     outside = f"{pipeline.kafka.topic_prefix}.other"  # not <prefix>.<schema>.*: never subscribed
     _create_topics(kafka_bootstrap, pipeline, (outside,))
-    assert not bronze.undeclared_topics_exist(kafka_bootstrap, pipeline)  # no undeclared stream needed
+    assert not bronze.undeclared_topics_exist(_topics(kafka_bootstrap), pipeline)  # no undeclared stream needed
     from devstack.broker import create_topics
 
     create_topics(kafka_bootstrap, [ghost], partitions=1)
-    assert bronze.undeclared_topics_exist(kafka_bootstrap, pipeline)
+    assert bronze.undeclared_topics_exist(_topics(kafka_bootstrap), pipeline)
     coordinates = _produce(kafka_bootstrap, [(t, k, v) for t, k, v, _ in records] + [(outside, b"x", b"y")])[:-1]
     expected_bad = {c: reason for c, (_, _, _, reason) in zip(coordinates, records) if reason}
     expected_good = {c for c, (_, _, _, reason) in zip(coordinates, records) if not reason}
