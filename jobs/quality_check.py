@@ -1,6 +1,6 @@
 """Entry point: run the pipeline's great-expectations suites and record the results in Delta.
 
-Thin on purpose (the logic lives in `quality.runner`): load the pipeline, get the session
+Thin on purpose (the logic lives in `lakehouse.quality.runner`): load the pipeline, get the session
 (Databricks' own, or a local Delta session under --lake), run, print the summary table, and
 exit 1 when an error-severity expectation failed so the job task shows red. Warnings (such as
 a non-empty quarantine) are printed but do not fail the task.
@@ -43,8 +43,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     from lakehouse.paths import lake_root
     from lakehouse.spark import get_spark
-    from quality.runner import run_quality, select_suites
-    from quality.suites import build_suites
+    from lakehouse.quality.runner import run_quality, select_suites
+    from lakehouse.quality.suites import build_suites
 
     pipeline = load(args.pipeline)
     select_suites(build_suites(pipeline), args.table)  # a misspelt --table fails before Spark starts

@@ -103,7 +103,7 @@ def run_stage(
 
         return run_gold(spark, pipeline, lake, trigger=chosen, progress=progress)
     if stage == "quality":
-        from quality.runner import run_quality
+        from lakehouse.quality.runner import run_quality
 
         return run_quality(spark, pipeline, lake)
     raise PipelineConfigError(f"unknown stage {stage!r}; expected one of {', '.join(STAGES)}")

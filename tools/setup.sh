@@ -15,7 +15,7 @@ if [ ! -f "$py_stamp" ] || [ ! -x .venv/bin/python ]; then
   echo "setup: creating .venv and installing Python packages (pinned in pyproject.toml)"
   [ -x .venv/bin/python ] || "$PY" -m venv .venv
   .venv/bin/pip install -q --disable-pip-version-check --upgrade pip
-  .venv/bin/pip install -q --disable-pip-version-check -e ".[dev]"
+  .venv/bin/pip install -q --disable-pip-version-check -e ".[local,dev]"
   rm -f .cache/venv.*; touch "$py_stamp"
 fi
 # The checkout's development packages (devstack/, testkit/) are not in the wheel: a .pth puts the

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from lakehouse.declaration import Pipeline, Source, View
@@ -35,8 +36,9 @@ from lakehouse.tables import (
     silver_current_table,
     spark_type,
 )
-from quality.runner import QualityReport, run_quality
-from quality.suites import build_suites
+from lakehouse.quality.runner import QualityReport, run_quality
+from lakehouse.quality.suites import build_suites
+from tests.conftest import REPO
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
 
@@ -384,3 +386,20 @@ def test_job_entry_point(spark, defects, clean, lake, tmp_path: Path, shop_pipel
     assert main(["--pipeline", str(pipeline_file(clean)), "--lake", str(lake), "--table", "silver.customers"]) == 0
     assert main(["--pipeline", str(pipeline_file(clean)), "--table", "gold.nope"]) == 2
     assert "unknown table" in capsys.readouterr().err
+
+
+def test_the_operator_queries_in_quality_run_against_the_results(spark, defects, defect_report):
+    """quality/queries/*.sql, as a dashboard would run them: the latest run's failures are the
+    report's, and the pass rate row of that run adds up."""
+    queries = {p.stem: p.read_text().replace("{results}", quality_results_table(defects)) for p in (REPO / "quality" / "queries").glob("*.sql")}
+    assert set(queries) == {"pass_rate_by_run", "failing_checks_latest_run"}
+    results = spark.table(quality_results_table(defects))
+    last = results.orderBy(F.col("run_at").desc()).first().run_id  # other tests of this module run later, on subsets
+    expected = results.where((F.col("run_id") == last) & ~F.col("success")).select("table_name", "expectation").collect()
+    latest = spark.sql(queries["failing_checks_latest_run"]).collect()
+    assert latest and sorted((r.table_name, r.expectation) for r in latest) == sorted(map(tuple, expected))
+    assert [r.severity for r in latest] == sorted((r.severity for r in latest), key=lambda s: s != "error")  # errors first
+    runs = {r.run_id: r for r in spark.sql(queries["pass_rate_by_run"]).collect()}
+    mine = runs[defect_report.run_id]
+    assert (mine.checks, mine.errors, mine.warnings) == (defect_report.evaluated, 8, 1)
+    assert mine.passed == mine.checks - 9

@@ -1,8 +1,10 @@
-"""The wheel the bundle deploys carries the engine, the jobs, the quality suites and the CLI; the
-local stack and the test kit stay in the checkout."""
+"""The wheel the bundle deploys carries the engine (quality suites included) and the CLI under
+names no other wheel uses; it installs on a Databricks runtime (Spark and Delta are the runtime's);
+the jobs run as files, the local stack and the test kit stay in the checkout."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -11,8 +13,10 @@ from pathlib import Path
 
 from tests.conftest import REPO
 
-SHIPPED = ("lakehouse", "jobs", "quality", "cdc_enrich")
-KEPT_HOME = ("devstack", "testkit", "tests")
+SHIPPED = ("lakehouse", "cdc_enrich")
+KEPT_HOME = ("jobs", "quality", "devstack", "testkit", "tests")
+#: What a Databricks runtime ships (or the local stack alone needs): never a runtime requirement.
+RUNTIME_PROVIDED = ("pyspark", "delta-spark", "psycopg", "databricks-")
 
 
 def build_wheel(workdir: Path) -> Path:
@@ -39,3 +43,18 @@ def test_the_wheel_carries_the_engine_and_jobs_not_the_local_stack_or_test_kit(t
         entry_points = next(wheel.read(n).decode() for n in wheel.namelist() if n.endswith("entry_points.txt"))
     assert tops == set(SHIPPED)
     assert "cdc-enrich = cdc_enrich.cli:main" in entry_points
+
+
+def test_the_wheel_requires_only_what_a_databricks_runtime_lacks(tmp_path: Path) -> None:
+    with zipfile.ZipFile(build_wheel(tmp_path)) as wheel:
+        metadata = next(wheel.read(n).decode() for n in wheel.namelist() if n.endswith(".dist-info/METADATA"))
+        names = wheel.namelist()
+    requires = [line.split(":", 1)[1].strip() for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
+    runtime = [r for r in requires if "extra ==" not in r]
+    assert sorted(re.split(r"[=<>\[;]", r)[0] for r in runtime) == ["confluent-kafka", "great-expectations", "pyyaml"]
+    assert not [r for r in runtime if r.startswith(RUNTIME_PROVIDED) or "[spark]" in r]
+    local = [r for r in requires if 'extra == "local"' in r]
+    assert {r.split("==")[0] for r in local} >= {"pyspark", "delta-spark", "great-expectations[spark]"}
+    assert "Provides-Extra: local" in metadata and "Provides-Extra: dev" in metadata
+    # the quality suites travel inside the engine, the log4j config with it
+    assert "lakehouse/quality/suites.py" in names and "lakehouse/log4j2.properties" in names

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from lakehouse.declaration import parse_pipeline
-from quality.suites import build_suites, gold_suite, silver_current_suite
+from lakehouse.quality.suites import build_suites, gold_suite, silver_current_suite
 
 # --------------------------------------------------------------------------- helpers
 

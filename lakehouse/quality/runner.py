@@ -37,7 +37,7 @@ from pyspark.sql.types import BooleanType, LongType, StringType, StructField, St
 from lakehouse.declaration import Pipeline
 from lakehouse.errors import UnknownNameError
 from lakehouse.tables import quality_results_table
-from quality.suites import ERROR, WARNING, TableSuite, build_suites, sql_name
+from lakehouse.quality.suites import ERROR, WARNING, TableSuite, build_suites, sql_name
 
 # GX's Spark query metrics (UnexpectedRowsExpectation) register the batch under this fixed temp
 # view name, replacing any view of that name; the runner drops it afterwards so it does not
