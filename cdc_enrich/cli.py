@@ -337,6 +337,18 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_maintain(args: argparse.Namespace) -> int:
+    """Upkeep of every table the pipeline owns: silver history compacted by
+    options.history_retention_days, OPTIMIZE, VACUUM keeping options.time_travel_days."""
+    pipeline = _pipeline(args)
+    spark = _spark(args)
+    from lakehouse.upkeep import maintain
+
+    report = maintain(spark, pipeline, tuple(args.step or ("compact", "optimize", "vacuum")), progress=_progress)
+    _say(report.render())
+    return 0 if report.ok else 1
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     """Check a pipeline file without Spark: every problem with its file, line and field (exit 2)."""
     pipeline = _pipeline(args)
@@ -446,6 +458,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="ingest: comma list of bronze parsers to time side by side (hybrid = the JVM decoder, "
                         "sql = the SQL pass, python); the first one's ratio is the headline")
     p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("maintain", parents=[common, with_pipeline], help="compact history, OPTIMIZE and VACUUM every table", description=cmd_maintain.__doc__)
+    p.add_argument("--step", action="append", choices=("compact", "optimize", "vacuum"), help="only these steps (repeatable; default: all three)")
+    p.set_defaults(func=cmd_maintain)
 
     p = sub.add_parser("validate", parents=[common, with_pipeline], help="check a pipeline file (no Spark)", description=cmd_validate.__doc__)
     p.set_defaults(func=cmd_validate)

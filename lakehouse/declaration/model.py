@@ -217,6 +217,7 @@ class Options:
     processing_time: str = "10 seconds"
     gold_refresh: str = "auto"  # auto (a cost model picks per batch) | incremental | recompute
     intervals: Mapping[str, str] = field(default_factory=dict)  # stage -> its own processing_time
+    time_travel_days: int = 7  # how far Delta's own time travel reaches (VACUUM retention; lakehouse.upkeep)
 
     def interval(self, stage: str) -> str:
         """A stage's processing-time interval: its own under `options.intervals`, else `processing_time`."""

@@ -2,7 +2,7 @@
 
 `run_quality` validates every table the pipeline declares (bronze per source and quarantine,
 silver current per source and late changes, gold per view), with suites built by
-`quality.suites` from the declaration, and appends one row per expectation result to
+`lakehouse.quality.suites` from the declaration, and appends one row per expectation result to
 `tables.quality_results_table(pipeline)` for dashboards.
 
 GX is used the 1.x way, but kept in memory: an *ephemeral* context (no `gx/` folder, no files

@@ -683,3 +683,38 @@ def test_a_column_added_upstream_is_added_to_silver(make_env):
     grown_env.apply(1, ev("u", 2, product(1, "after") | {"weight": 7}), ev("c", 3, product(2, "new") | {"weight": 1}))
     assert {k: (v["title"], v["weight"]) for k, v in grown_env.live().items()} == {1: ("after", 7), 2: ("new", 1)}
     assert [r["weight"] for r in grown_env.history(1)] == [None, 7]
+
+
+def test_upkeep_compacts_history_optimizes_and_vacuums_keeping_time_travel(make_env, spark):
+    """`cdc-enrich maintain` on one source's tables: history compacted by the declared retention,
+    the micro-batches' small files compacted, VACUUM keeping options.time_travel_days (and the
+    tables' own retention properties saying so); an older table version is still readable."""
+    from lakehouse.upkeep import maintain, pipeline_tables
+
+    env = make_env(history_retention_days=3)
+    tag = env.pipeline.tables.silver_schema.removesuffix("_silver")
+    env.pipeline = dataclasses.replace(
+        env.pipeline, tables=dataclasses.replace(env.pipeline.tables, gold_schema=f"{tag}_gold", quality_schema=f"{tag}_quality")
+    )
+    day = 86400
+    for batch in range(4):  # four batches: several small files per table
+        env.apply(batch, ev("u", (batch + 1) * day, product(1, f"v{batch}")), ev("c", (batch + 1) * day, product(10 + batch, "k")))
+    history = silver_history_table(env.pipeline, env.source)
+    files_before = spark.sql(f"DESCRIBE DETAIL {history}").first()["numFiles"]
+
+    report = maintain(spark, env.pipeline, now=at(6.5 * day))  # retention 3 days: versions that ended before day 3.5 go
+    assert report.ok, report.render()
+    tables = pipeline_tables(spark, env.pipeline)
+    assert {history, silver_current_table(env.pipeline, env.source)} <= set(tables)
+    for step in ("optimize", "vacuum"):
+        assert sorted(s.table for s in report.steps if s.step == step) == tables
+    by = {(s.step, s.table): s.detail for s in report.steps}
+    assert by[("compact", history)] == "2 versions dropped, 3 days kept"  # v0 (ended day 2), v1 (day 3)
+    assert [r["title"] for r in env.history(1)] == ["v2", "v3"]
+    assert by[("optimize", history)] == f"{files_before} files -> 1" and files_before > 1
+    assert spark.sql(f"DESCRIBE DETAIL {history}").first()["numFiles"] == 1
+    assert by[("vacuum", history)] == "0 files deleted, 168 hours kept"  # nothing is older than 7 days yet
+    properties = {r["key"]: r["value"] for r in spark.sql(f"SHOW TBLPROPERTIES {history}").collect()}
+    assert properties["delta.deletedFileRetentionDuration"] == "interval 7 days"
+    assert spark.sql(f"SELECT count(*) FROM {history} VERSION AS OF 1").first()[0] > 0  # time travel still reaches back
+    assert "upkeep:" in report.render() and "all done" in report.render()
