@@ -21,6 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="bronze_ingest", description=__doc__.splitlines()[0])
     parser.add_argument("--pipeline", required=True, help="pipeline declaration (YAML)")
     parser.add_argument("--lake", default=None, help="local lake root (tables, checkpoints); default .lake or $CDC_ENRICH_LAKE")
+    parser.add_argument("--catalog", default=None, help="Unity Catalog catalog of every schema (default: $CDC_ENRICH_CATALOG, then the pipeline file's)")
     parser.add_argument("--bootstrap", default=None,
                         help=f"Kafka bootstrap servers; default: ${BOOTSTRAP_ENV}, then the pipeline's, then the local stack's broker")
     parser.add_argument("--trigger", choices=TRIGGERS, default=None,
@@ -53,7 +54,7 @@ def _run(args: argparse.Namespace) -> int:
     from lakehouse.paths import lake_root
     from lakehouse.spark import get_spark
 
-    pipeline = load(args.pipeline)
+    pipeline = load(args.pipeline, args.catalog)
     lake = lake_root(args.lake)
     bootstrap = resolve_bootstrap(args.bootstrap, pipeline, lake).servers
     trigger = resolve_trigger(args.trigger, pipeline)

@@ -14,6 +14,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gold_refresh", description=build_parser.__doc__)
     parser.add_argument("--pipeline", required=True, help="pipeline declaration (YAML)")
     parser.add_argument("--lake", default=None, help="local lake root (ignored where a session exists)")
+    parser.add_argument("--catalog", default=None, help="Unity Catalog catalog of every schema (default: $CDC_ENRICH_CATALOG, then the pipeline file's)")
     parser.add_argument("--view", action="append", default=None, help="only this view (repeatable)")
     parser.add_argument("--trigger", choices=TRIGGERS, default=None)
     return parser
@@ -30,7 +31,7 @@ def _run(args: argparse.Namespace) -> int:
     from lakehouse.paths import lake_root
     from lakehouse.spark import ensure_schemas, get_spark
 
-    pipeline = load(args.pipeline)
+    pipeline = load(args.pipeline, args.catalog)
     trigger = resolve_trigger(args.trigger, pipeline)
     spark = get_spark(args.lake)
     ensure_schemas(spark, pipeline)

@@ -16,6 +16,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="maintain", description=build_parser.__doc__)
     parser.add_argument("--pipeline", required=True, help="pipeline declaration (YAML)")
     parser.add_argument("--lake", default=None, help="local lake root (ignored where a session exists)")
+    parser.add_argument("--catalog", default=None, help="Unity Catalog catalog of every schema (default: $CDC_ENRICH_CATALOG, then the pipeline file's)")
     parser.add_argument("--step", action="append", choices=STEPS, default=None, help="only this step (repeatable; default: all)")
     return parser
 
@@ -30,7 +31,7 @@ def _run(args: argparse.Namespace) -> int:
     from lakehouse.spark import get_spark
     from lakehouse.upkeep import maintain
 
-    pipeline = load(args.pipeline)
+    pipeline = load(args.pipeline, args.catalog)
     spark = get_spark(args.lake, app_name="maintain")
     report = maintain(spark, pipeline, tuple(args.step or STEPS), progress=lambda message: print(f"  {message}", flush=True))
     print(report.render(), flush=True)

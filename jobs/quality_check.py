@@ -20,6 +20,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="quality_check", description=__doc__.splitlines()[0])
     parser.add_argument("--pipeline", required=True, help="the pipeline declaration (YAML)")
     parser.add_argument("--lake", default=None, help="local lake root (ignored on Databricks)")
+    parser.add_argument("--catalog", default=None, help="Unity Catalog catalog of every schema (default: $CDC_ENRICH_CATALOG, then the pipeline file's)")
     parser.add_argument(
         "--table",
         action="append",
@@ -46,7 +47,7 @@ def _run(args: argparse.Namespace) -> int:
     from lakehouse.quality.runner import run_quality, select_suites
     from lakehouse.quality.suites import build_suites
 
-    pipeline = load(args.pipeline)
+    pipeline = load(args.pipeline, args.catalog)
     select_suites(build_suites(pipeline), args.table)  # a misspelt --table fails before Spark starts
     spark = get_spark(args.lake)
     report = run_quality(spark, pipeline, lake_root(args.lake), tables=args.table, run_id=args.run_id)

@@ -22,6 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="run_continuous", description=__doc__.splitlines()[0])
     parser.add_argument("--pipeline", required=True, help="pipeline declaration (YAML)")
     parser.add_argument("--lake", default=None, help="local lake root (tables, checkpoints); default .lake or $CDC_ENRICH_LAKE")
+    parser.add_argument("--catalog", default=None, help="Unity Catalog catalog of every schema (default: $CDC_ENRICH_CATALOG, then the pipeline file's)")
     parser.add_argument("--bootstrap", default=None,
                         help=f"Kafka bootstrap servers; default: ${BOOTSTRAP_ENV}, then the pipeline's, then the local stack's broker")
     parser.add_argument("--timeout", type=float, default=None, help="stop cleanly after this many seconds (default: run until stopped)")
@@ -40,7 +41,7 @@ def _run(args: argparse.Namespace) -> int:
     from lakehouse.paths import lake_root
     from lakehouse.spark import ensure_schemas, get_spark
 
-    pipeline = load(args.pipeline)
+    pipeline = load(args.pipeline, args.catalog)
     lake = lake_root(args.lake)
     spark = get_spark(lake, app_name="cdc-enrich-continuous")
     ensure_schemas(spark, pipeline)

@@ -20,6 +20,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="silver_apply", description=__doc__.splitlines()[0])
     parser.add_argument("--pipeline", required=True, help="pipeline declaration (YAML)")
     parser.add_argument("--lake", default=None, help="local lake root (tables, checkpoints); default .lake or $CDC_ENRICH_LAKE")
+    parser.add_argument("--catalog", default=None, help="Unity Catalog catalog of every schema (default: $CDC_ENRICH_CATALOG, then the pipeline file's)")
     parser.add_argument("--source", action="append", default=None,
                         help="a source to apply (repeatable, or comma-separated); default: every declared source")
     parser.add_argument("--trigger", choices=TRIGGERS, default=None,
@@ -43,7 +44,7 @@ def _run(args: argparse.Namespace) -> int:
     from lakehouse.silver import run_silver
     from lakehouse.spark import ensure_schemas, get_spark
 
-    pipeline = load(args.pipeline)
+    pipeline = load(args.pipeline, args.catalog)
     sources = [s.strip() for arg in args.source for s in arg.split(",") if s.strip()] if args.source else None
     for name in sources or ():
         pipeline.source(name)  # unknown names fail here, before any stream starts

@@ -72,9 +72,10 @@ def resolve_trigger(flag: str | None, pipeline: Pipeline) -> str:
     return trigger
 
 
-def load(path: str | os.PathLike[str]) -> Pipeline:
-    """The validated pipeline (PipelineConfigError, exit code 2, names file, line and field)."""
-    return load_pipeline(path)
+def load(path: str | os.PathLike[str], catalog: str | None = None) -> Pipeline:
+    """The validated pipeline (PipelineConfigError, exit code 2, names file, line and field);
+    `catalog`: a job's --catalog (else CDC_ENRICH_CATALOG, else the file's)."""
+    return load_pipeline(path, catalog)
 
 
 def run_stage(

@@ -390,11 +390,11 @@ def _view_join(path: str, raw: Any, alias_tables: dict[str, str], sources: dict[
 # --------------------------------------------------------------------------- entry point
 
 
-def load_pipeline(path: str | Path) -> Pipeline:
+def load_pipeline(path: str | Path, catalog: str | None = None) -> Pipeline:
     """Read and validate a pipeline file; raise PipelineConfigError listing every problem.
 
-    `CDC_ENRICH_CATALOG`, when set, replaces `tables.catalog`: one file serves a local lake and
-    each Unity Catalog target of the bundle.
+    `catalog` (a job's --catalog, the bundle's job parameter), else `CDC_ENRICH_CATALOG`, when
+    set, replaces `tables.catalog`: one file serves a local lake and each Unity Catalog target.
     """
     file = Path(path)
     try:
@@ -402,10 +402,11 @@ def load_pipeline(path: str | Path) -> Pipeline:
     except OSError as exc:
         raise PipelineConfigError(f"{file}: cannot read the pipeline file ({exc.strerror}); pass --pipeline with a valid path") from None
     pipeline = parse_pipeline(text, filename=str(file))
-    catalog = os.environ.get("CDC_ENRICH_CATALOG")
+    origin = "--catalog" if catalog else "CDC_ENRICH_CATALOG"
+    catalog = catalog or os.environ.get("CDC_ENRICH_CATALOG")
     if catalog:
         if not IDENTIFIER.match(catalog):
-            raise PipelineConfigError(f"CDC_ENRICH_CATALOG={catalog!r} is not a plain catalog name")
+            raise PipelineConfigError(f"{origin}={catalog!r} is not a plain catalog name")
         pipeline = replace(pipeline, tables=replace(pipeline.tables, catalog=catalog))
     return pipeline
 

@@ -48,7 +48,7 @@ def test_every_job_passes_the_typed_bundle_model(path: Path, name: str, job: dic
 
 def test_every_task_entry_point_exists_and_accepts_its_parameters():
     tasks = [t for path, _, job in all_jobs() for t in job["tasks"]]
-    assert [t["task_key"] for t in tasks] == ["bronze_ingest", "silver_apply", "gold_refresh", "quality_check", "run_continuous"]
+    assert [t["task_key"] for t in tasks] == ["bronze_ingest", "silver_apply", "gold_refresh", "quality_check", "run_continuous", "maintain"]
     for path, _, job in all_jobs():
         for task in job["tasks"]:
             script = (path.parent / task["spark_python_task"]["python_file"]).resolve()
@@ -65,3 +65,68 @@ def test_the_continuous_job_runs_every_stage_in_one_long_running_task():
     assert continuous["continuous"]["pause_status"] == "PAUSED"
     assert "schedule" not in continuous and continuous["max_concurrent_runs"] == 1
     assert [t["task_key"] for t in continuous["tasks"]] == ["run_continuous"]
+
+
+def test_prod_follows_the_rules_the_cli_enforces_for_production_mode():
+    """`mode: production` deploys one shared copy: an explicit root path outside any user's home,
+    a run-as identity that is not the deployer, and permissions for the team (the Databricks
+    templates' prod target); dev keeps the per-user defaults."""
+    root, _ = load_bundle()
+    prod = root["targets"]["prod"]
+    assert prod["workspace"]["root_path"].startswith("/Workspace/Shared/") and "${bundle.target}" in prod["workspace"]["root_path"]
+    assert "~" not in prod["workspace"]["root_path"] and "current_user" not in prod["workspace"]["root_path"]
+    assert set(prod["run_as"]) == {"service_principal_name"}
+    assert {p["level"] for p in prod["permissions"]} == {"CAN_MANAGE", "CAN_VIEW"}
+    assert "workspace" not in root["targets"]["dev"] and "run_as" not in root["targets"]["dev"]
+
+
+def test_every_job_is_operable_parameters_retries_timeouts_and_notifications():
+    for _, name, job in all_jobs():
+        assert [p["name"] for p in job["parameters"]] == ["pipeline_file", "catalog"], name
+        assert job["email_notifications"]["on_failure"] == ["${var.notification_email}"], name
+        assert job["max_concurrent_runs"] == 1, name
+        if "schedule" in job:
+            assert job["timeout_seconds"] > 0, name
+            assert job["schedule"]["pause_status"] == "UNPAUSED", name  # live in prod; development mode pauses it
+        for task in job["tasks"]:
+            args = task["spark_python_task"]["parameters"]
+            assert args[args.index("--pipeline") + 1] == "{{job.parameters.pipeline_file}}", task["task_key"]
+            assert args[args.index("--catalog") + 1] == "{{job.parameters.catalog}}", task["task_key"]
+            if "continuous" not in job:
+                assert task["max_retries"] >= 1, task["task_key"]
+        node_types = {c["new_cluster"]["node_type_id"] for c in job["job_clusters"]}
+        assert node_types == {"${var.node_type}"}, name  # per cloud: a variable, never hard-coded
+
+
+def test_the_state_schema_and_volume_are_bundle_resources_and_every_stream_task_uses_the_volume():
+    from databricks.bundles.schemas import Schema
+    from databricks.bundles.volumes import Volume
+
+    root, _ = load_bundle()
+    Schema.from_dict(root["resources"]["schemas"]["cdc_enrich_state"])
+    Volume.from_dict(root["resources"]["volumes"]["state"])
+    volume = "/Volumes/${resources.volumes.state.catalog_name}/${resources.volumes.state.schema_name}/${resources.volumes.state.name}"
+    for _, name, job in all_jobs():
+        for task in job["tasks"]:
+            args = task["spark_python_task"]["parameters"]
+            if task["task_key"] != "maintain":
+                assert args[args.index("--lake") + 1] == volume, task["task_key"]
+
+
+def test_no_secret_is_written_into_the_bundle():
+    """Kafka credentials reach the jobs from a secret scope (the cluster's env, or the pipeline
+    file's ${secret:...} references), never as text in the bundle."""
+    import re
+
+    for path in [REPO / "databricks.yml", *sorted((REPO / "resources").glob("*.yml"))]:
+        text = path.read_text()
+        assert not re.search(r"(?i)(password|sasl\.jaas|secret)\s*[:=]\s*[\"']?[A-Za-z0-9+/]{8,}", text), path.name
+        for value in re.findall(r"\{\{secrets/([^}]*)\}\}", text):
+            assert value.startswith("${var.kafka_secret_scope}/"), value
+
+
+def test_the_maintain_job_runs_upkeep_daily():
+    jobs = {name: job for _, name, job in all_jobs()}
+    maintain = jobs["cdc_enrich_maintain"]
+    assert maintain["schedule"]["quartz_cron_expression"].startswith("0 30 3 ")
+    assert [t["spark_python_task"]["python_file"] for t in maintain["tasks"]] == ["../jobs/maintain.py"]
