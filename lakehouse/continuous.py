@@ -21,6 +21,7 @@ from typing import Any, Callable
 from pyspark.sql import SparkSession
 
 from lakehouse.declaration import Pipeline
+from lakehouse.metrics import recording_metrics
 from lakehouse.streaming import CONTINUOUS_POLICY, PROCESSING_TIME, RestartPolicy, run_streams
 
 
@@ -80,10 +81,11 @@ def run_continuous(
     )
     started = time.monotonic()
     try:
-        streams = run_streams(
-            [*bronze_specs, *silver_specs, *gold_specs], PROCESSING_TIME, pipeline.options.processing_time,
-            timeout_s=timeout_s, say=say, policy=policy, stop=stop,
-        )
+        with recording_metrics(spark, pipeline) as metrics:
+            streams = run_streams(
+                [*bronze_specs, *silver_specs, *gold_specs], PROCESSING_TIME, pipeline.options.processing_time,
+                timeout_s=timeout_s, say=say, policy=policy, stop=stop, metrics=metrics,
+            )
     finally:
         report.seconds = bronze_report.seconds = time.monotonic() - started
     report.restarts = {s.spec.query_name: s.total_restarts for s in streams if s.total_restarts}

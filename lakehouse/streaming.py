@@ -145,6 +145,7 @@ class Stream:
         self.processing_time = spec.processing_time or processing_time
         self.policy = policy
         self.query: Any = None
+        self.replaced: list[Any] = []  # queries a restart replaced (their progress is still read)
         self.restarts = 0  # failures in a row (a completed batch after a restart resets it)
         self.total_restarts = 0
         self.restarted_at_batch: int | None = None
@@ -209,8 +210,13 @@ class Stream:
             f"{f', in {wait:.0f}s' if wait else ''}) after {why}")
         if wait:
             time.sleep(wait)
+        self.replaced.append(self.query)
         self.start()
         self.restarted_at_batch = self.batch_id()
+
+    def queries(self) -> list[Any]:
+        """Every query this stream ran, the current one last."""
+        return [*self.replaced, *([self.query] if self.query is not None else [])]
 
 
 def _deadline(trigger: str, timeout_s: float | None) -> float | None:
@@ -272,6 +278,7 @@ def run_streams(
     say: Say | None = None,
     policy: RestartPolicy = DRAIN_POLICY,
     stop: threading.Event | None = None,
+    metrics: Any | None = None,
 ) -> list[Stream]:
     """Start `specs` together (in order, each prepared just before its start), wait, stop them all.
 
@@ -280,10 +287,31 @@ def run_streams(
     then stops every query between batches (`stop_gracefully`); each spec may carry its own
     interval. A query that fails and that `policy` does not restart stops every other and
     raises its StreamError; KeyboardInterrupt stops them all and propagates. `say` gets the
-    restart lines. Returns the streams (their restart counts), all stopped.
+    restart lines. `metrics` (a `lakehouse.metrics.MetricsRecorder`) watches the streams and
+    reads every batch's progress (while they run, and once more when they have stopped).
+    Returns the streams (their restart counts), all stopped.
     """
     check_trigger(trigger)
     streams: list[Stream] = []
+    if metrics is not None:
+        metrics.watch(streams)
+    try:
+        return _run_streams(streams, specs, trigger, processing_time, timeout_s, say, policy, stop)
+    finally:
+        if metrics is not None:
+            metrics.collect()
+
+
+def _run_streams(
+    streams: list[Stream],
+    specs: Sequence[StreamSpec],
+    trigger: str,
+    processing_time: str,
+    timeout_s: float | None,
+    say: Say | None,
+    policy: RestartPolicy,
+    stop: threading.Event | None,
+) -> list[Stream]:
     try:
         for spec in specs:
             spec.prepare()

@@ -30,6 +30,7 @@ from lakehouse.bronze.tables import ensure_bronze_tables
 from lakehouse.declaration import Pipeline, Source
 from lakehouse.errors import CdcEnrichError
 from lakehouse.kafka import KafkaConnection, as_connection, check_connection, kafka_connection
+from lakehouse.metrics import note_batch, recording_metrics
 from lakehouse.paths import checkpoint_dir
 from lakehouse.streaming import StreamSpec, check_trigger, first_line, run_streams
 from lakehouse.tables import (
@@ -222,6 +223,11 @@ class _Stream:
         self._bound = threading.Event()
         self._replayable: int | None = None
 
+    @property
+    def query_name(self) -> str:
+        """The streaming query's name (metrics rows and the Spark UI carry it)."""
+        return f"bronze_{self.pipeline.name}_{self.name}"
+
     def bind(self, query_id: str) -> None:
         """The commit tags' app id: the query id, kept in the checkpoint (a new checkpoint gets a new one)."""
         self.app_id = f"cdc-enrich-bronze-{query_id}"
@@ -308,12 +314,13 @@ class _SourceStream(_Stream):
         rows = fast_written + (good_slow if wrote_slow else 0)
         quarantined = bad_n if wrote_bad else 0
         replayed = first and not (wrote_fast and wrote_slow and wrote_bad) and rows + quarantined < total
-        note = self._record(total, rows, quarantined, replayed)
+        note = self._record(batch_id, total, rows, quarantined, replayed)
         timing = f"fast pass + write {fast_done - started:.1f}s, {good_slow + bad_n} by Python {time.monotonic() - fast_done:.1f}s"
         return f"{total} records, +{rows} rows, +{quarantined} quarantined{note}; {timing}"
 
-    def _record(self, records: int, rows: int, quarantined: int, replayed: bool) -> str:
-        """Count one batch in the run's report; the progress line's note about a replay."""
+    def _record(self, batch_id: int, records: int, rows: int, quarantined: int, replayed: bool) -> str:
+        """Count one batch in the run's report (and its metrics row); the progress line's note about a replay."""
+        note_batch(self.query_name, batch_id, records, rows, quarantined)
         with self.lock:
             entry = self.report.tables[self.source.name]
             entry.batches += 1
@@ -336,7 +343,7 @@ class _SourceStream(_Stream):
             wrote_rows = _append(spark, bronze_rows(self.source, decoded), bronze_table(self.pipeline, self.source), self.app_id, batch_id, self.may_replay(batch_id))
         if bad_n:
             wrote_bad = _append(spark, quarantine_rows(self.source, decoded), quarantine_table(self.pipeline), self.app_id, batch_id, self.may_replay(batch_id))
-        note = self._record(good_n + bad_n, good_n if wrote_rows else 0, bad_n if wrote_bad else 0, not (wrote_rows and wrote_bad))
+        note = self._record(batch_id, good_n + bad_n, good_n if wrote_rows else 0, bad_n if wrote_bad else 0, not (wrote_rows and wrote_bad))
         return f"{good_n + bad_n} records, +{good_n if wrote_rows else 0} rows, +{bad_n if wrote_bad else 0} quarantined{note}; {time.monotonic() - started:.1f}s"
 
 
@@ -353,6 +360,7 @@ class _UndeclaredStream(_Stream):
         if not total:
             return ""
         wrote = _append(spark, unknown_topic_rows(self.pipeline, raw), quarantine_table(self.pipeline), self.app_id, batch_id, self.may_replay(batch_id))
+        note_batch(self.query_name, batch_id, total, 0, total if wrote else 0)
         with self.lock:
             self.report.unknown_topic_records += total if wrote else 0
             self.report.records += total
@@ -397,7 +405,8 @@ def run_bronze(
     )
     started = time.monotonic()
     try:
-        run_streams(specs, trigger, pipeline.options.processing_time, timeout_s=timeout_s, say=say)
+        with recording_metrics(spark, pipeline) as metrics:
+            run_streams(specs, trigger, pipeline.options.processing_time, timeout_s=timeout_s, say=say, metrics=metrics)
     finally:
         report.seconds = time.monotonic() - started
     say(
@@ -483,7 +492,7 @@ def _bronze_stream(handler: _Stream, frame: DataFrame, base: Path, pipeline: Pip
 
     return StreamSpec(
         name=f"bronze {pipeline.name}/{handler.name}",
-        query_name=f"bronze_{pipeline.name}_{handler.name}",
+        query_name=handler.query_name,
         checkpoint=checkpoint,
         build=build,
         started=handler.bind,

@@ -40,6 +40,7 @@ from lakehouse.gold.plan import (
 )
 from lakehouse.gold.recompute import full_recompute
 from lakehouse.errors import UnknownNameError
+from lakehouse.metrics import note_batch, recording_metrics
 from lakehouse.paths import checkpoint_dir
 from lakehouse.streaming import AVAILABLE_NOW, Stream, StreamSpec, check_trigger, run_streams
 from lakehouse.tables import (
@@ -164,6 +165,11 @@ class _ViewMaintainer:
         self.ready = threading.Event()
         self.run_a_batch = False  # after one batch, gold is known filled (or the MERGE path fills it)
 
+    @property
+    def query_name(self) -> str:
+        """The streaming query's name (metrics rows and the Spark UI carry it)."""
+        return f"gold_{self.pipeline.name}_{self.plan.view.name}"
+
     def started(self, query_id: str) -> None:
         """The query started: its id names the commit tags, and batches may run."""
         self.query_id = query_id
@@ -194,6 +200,7 @@ class _ViewMaintainer:
             self.run_a_batch = True
         finally:
             batch.unpersist()
+        note_batch(self.query_name, batch_id, sum(counts.values()), stats["inserted"] + stats["updated"] + stats["deleted"])
         run = self.run
         run.batches += 1
         run.changes_read += sum(counts.values())
@@ -474,7 +481,7 @@ def view_stream(
     maintainer = _ViewMaintainer(pipeline, plan, run, progress)
     return StreamSpec(
         name=f"gold {view}",
-        query_name=f"gold_{pipeline.name}_{view}",
+        query_name=maintainer.query_name,
         checkpoint=checkpoint_dir(lake, pipeline.name, f"gold_{view}"),
         build=lambda: change_stream(spark, pipeline, plan, max_files_per_trigger).writeStream.foreachBatch(maintainer),
         prepare=(lambda: prepare_view(spark, pipeline, plan)) if prepare else (lambda: None),
@@ -520,15 +527,17 @@ def run_gold(
     if trigger == AVAILABLE_NOW:
         # one view after another: views may share subscription tables
         report = GoldReport()
-        for name in _view_names(pipeline, views):
-            specs, one = gold_streams(spark, pipeline, lake, [name], progress, max_files_per_trigger=max_files_per_trigger)
-            report.views.update(one.views)
-            if specs:
-                run_streams(specs, trigger, pipeline.options.processing_time, say=progress)
+        with recording_metrics(spark, pipeline) as metrics:  # one recording for the views' runs
+            for name in _view_names(pipeline, views):
+                specs, one = gold_streams(spark, pipeline, lake, [name], progress, max_files_per_trigger=max_files_per_trigger)
+                report.views.update(one.views)
+                if specs:
+                    run_streams(specs, trigger, pipeline.options.processing_time, say=progress, metrics=metrics)
         return report
     specs, report = gold_streams(spark, pipeline, lake, views, progress, max_files_per_trigger=max_files_per_trigger)
     if specs:
-        run_streams(specs, trigger, pipeline.options.processing_time, timeout_s=timeout_s, say=progress)
+        with recording_metrics(spark, pipeline) as metrics:
+            run_streams(specs, trigger, pipeline.options.processing_time, timeout_s=timeout_s, say=progress, metrics=metrics)
     return report
 
 

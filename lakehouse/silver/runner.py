@@ -10,6 +10,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from lakehouse.declaration import Pipeline, Source
 from lakehouse.errors import CdcEnrichError
+from lakehouse.metrics import note_batch, recording_metrics
 from lakehouse.paths import checkpoint_dir
 from lakehouse.silver.apply import SilverReport, SilverStats, StreamState, apply_batch
 from lakehouse.silver.layout import ensure_silver_tables
@@ -61,7 +62,8 @@ def run_silver(
     `max_files_per_trigger` caps the bronze files a batch reads (Delta's own default: 1,000).
     """
     specs, report = silver_streams(spark, pipeline, lake, sources, progress, max_files_per_trigger=max_files_per_trigger)
-    run_streams(specs, trigger, pipeline.options.processing_time, timeout_s=timeout_s, say=progress)
+    with recording_metrics(spark, pipeline) as metrics:
+        run_streams(specs, trigger, pipeline.options.processing_time, timeout_s=timeout_s, say=progress, metrics=metrics)
     return report
 
 
@@ -95,6 +97,7 @@ def _silver_stream(
     """One source's query for the shared runner: bronze's Delta table -> `apply_batch`, once per batch id."""
     bronze = bronze_table(pipeline, source)
     checkpoint = silver_checkpoint(pipeline, source, lake)
+    query_name = f"silver_{pipeline.tables.silver_schema}_{source.name}"
 
     def prepare() -> None:
         if not spark.catalog.tableExists(bronze):
@@ -109,6 +112,7 @@ def _silver_stream(
         def on_batch(batch_df: DataFrame, batch_id: int) -> None:
             stats = apply_batch(batch_df, batch_id, pipeline, source, app_id, state)
             report.add(source.name, stats)
+            note_batch(query_name, batch_id, stats.changes_read, stats.current_upserted)
             if progress is not None:
                 progress(f"silver {source.name} batch {batch_id}: {stats.describe()}")
 
@@ -119,7 +123,7 @@ def _silver_stream(
 
     return StreamSpec(
         name=f"silver {source.name}",
-        query_name=f"silver_{pipeline.tables.silver_schema}_{source.name}",
+        query_name=query_name,
         checkpoint=checkpoint,
         build=build,
         prepare=prepare,

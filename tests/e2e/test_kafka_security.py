@@ -22,6 +22,7 @@ from lakehouse.bronze import run_bronze
 from lakehouse.declaration import Pipeline, parse_pipeline
 from lakehouse.errors import PipelineConfigError
 from lakehouse.kafka import KafkaConnectionError, kafka_connection
+from lakehouse.metrics import metrics_table
 from lakehouse.paths import checkpoint_dir
 from lakehouse.secrets import redact
 from lakehouse.tables import bronze_table, quarantine_table
@@ -62,6 +63,16 @@ def test_bronze_reads_a_sasl_ssl_kafka_and_no_secret_leaks(
     assert report.records == sent
     written = sum(spark.table(bronze_table(pipeline, s)).count() for s in pipeline.sources.values())
     assert written + report.quarantined == sent and written > 0
+
+    # the run's metrics rows (lakehouse.metrics): every record counted once, Kafka lag drained to 0
+    metrics = spark.table(metrics_table(pipeline)).where(F.col("pipeline") == pipeline.name).collect()
+    assert {r.stage for r in metrics} == {"bronze"} and len({r.stream for r in metrics}) == len(pipeline.sources)
+    assert sum(r.input_rows for r in metrics) == sent
+    assert sum(r.rows_out for r in metrics) == written and sum(r.quarantined for r in metrics) == report.quarantined
+    last = {}
+    for r in sorted(metrics, key=lambda r: r.batch_id):
+        last[r.stream] = r
+    assert all(r.kafka_lag and set(r.kafka_lag.values()) == {0} for r in last.values()), [(r.stream, r.batch_id, r.kafka_lag) for r in metrics]
 
     # A wrong password: refused before any query starts, and the message names no secret.
     monkeypatch.setenv(PASSWORD_ENV, "wrong-" + secret[:8] + "-x")

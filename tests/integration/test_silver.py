@@ -523,6 +523,16 @@ def test_streaming_run_resumes_and_a_replayed_batch_applies_nothing_twice(make_e
     assert (env.current(), env.history(), env.version(env.current_name), env.version(env.history_name)) == state
     assert env.spark.table(late_changes_table(env.pipeline)).count() == late_rows
 
+    # every batch of every run is a row of the metrics table (lakehouse.metrics), the replay too
+    from lakehouse.metrics import metrics_table
+
+    stream = f"silver_{env.pipeline.tables.silver_schema}_products"
+    rows = env.spark.table(metrics_table(env.pipeline)).where(F.col("stream") == stream).orderBy("at").collect()
+    assert [(r.stage, r.batch_id, r.input_rows) for r in rows] == [("silver", 0, 2), ("silver", 1, 3), ("silver", 1, 3)]
+    assert [r.rows_out for r in rows] == [2, second.sources["products"].current_upserted, replay.sources["products"].current_upserted]
+    assert len({r.run_id for r in rows}) == 3 and rows[0].kafka_lag is None and rows[0].batch_ms > 0
+    assert "addBatch" in rows[0].durations_ms and rows[0].pipeline == env.pipeline.name
+
 
 def test_the_same_batch_id_twice_writes_once(make_env):
     env = make_env(late_grace_days=1)
