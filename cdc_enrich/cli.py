@@ -349,6 +349,23 @@ def cmd_maintain(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def cmd_docs(args: argparse.Namespace) -> int:
+    """Write the pipeline's data dictionary (Markdown, no Spark): every table, column, key,
+    join and rule, with the file's descriptions."""
+    from lakehouse.dictionary import data_dictionary
+
+    pipeline = _pipeline(args)
+    text = data_dictionary(pipeline)
+    if args.out == "-":
+        print(text, end="")
+        return 0
+    out = Path(args.out or lake_root(args.lake) / f"{pipeline.name}-data-dictionary.md")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text, encoding="utf-8")
+    _say(f"docs: data dictionary of {pipeline.name!r} written to {out}")
+    return 0
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     """Check a pipeline file without Spark: every problem with its file, line and field (exit 2)."""
     pipeline = _pipeline(args)
@@ -462,6 +479,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("maintain", parents=[common, with_pipeline], help="compact history, OPTIMIZE and VACUUM every table", description=cmd_maintain.__doc__)
     p.add_argument("--step", action="append", choices=("compact", "optimize", "vacuum"), help="only these steps (repeatable; default: all three)")
     p.set_defaults(func=cmd_maintain)
+
+    p = sub.add_parser("docs", parents=[common, with_pipeline], help="write the pipeline's data dictionary (Markdown)", description=cmd_docs.__doc__)
+    p.add_argument("--out", help="file to write ('-': standard output; default <lake>/<pipeline>-data-dictionary.md)")
+    p.set_defaults(func=cmd_docs)
 
     p = sub.add_parser("validate", parents=[common, with_pipeline], help="check a pipeline file (no Spark)", description=cmd_validate.__doc__)
     p.set_defaults(func=cmd_validate)

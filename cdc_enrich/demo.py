@@ -30,7 +30,8 @@ def run_demo(args: argparse.Namespace) -> int:
     from cdc_enrich.render import render_rows, show_query
     from lakehouse.declaration import load_pipeline
     from lakehouse.spark import build_local_spark, ensure_schemas
-    from lakehouse.tables import bronze_table, gold_table, quarantine_table, silver_current_table, silver_history_table
+    from lakehouse.metrics import metrics_table
+    from lakehouse.tables import bronze_table, gold_table, quality_results_table, quarantine_table, silver_current_table, silver_history_table
 
     started = time.monotonic()
     pipeline = load_pipeline(args.pipeline)
@@ -114,7 +115,13 @@ def run_demo(args: argparse.Namespace) -> int:
         _run("quality", spark, pipeline, lake, status.bootstrap)
 
     verified = pg_report.ok if with_postgres else (report.ok if pipeline.views else True)
+    from lakehouse.dictionary import data_dictionary
+
+    dictionary = lake / f"{pipeline.name}-data-dictionary.md"
+    dictionary.write_text(data_dictionary(pipeline), encoding="utf-8")
     _banner("done" if verified else "done: VERIFY FOUND DIFFERENCES (see above)")
+    print(f"data dictionary (every table, column, key, join and rule): {dictionary}")
+    print(f"stream metrics, one row per micro-batch: {metrics_table(pipeline)}; quality results: {quality_results_table(pipeline)}")
     print(f"demo finished in {time.monotonic() - started:.0f}s. Try:")
     first_view = next(iter(pipeline.views), None)
     if first_view:

@@ -207,7 +207,17 @@ def _interval(value: Any, where: str, problems: Problems) -> str:
     return value
 
 
-_SOURCE_FIELDS = ("topic", "primary_key", "columns", "sequence", "kind", "replica_identity", "foreign_keys")
+_SOURCE_FIELDS = ("topic", "primary_key", "columns", "sequence", "kind", "replica_identity", "foreign_keys", "description")
+
+
+def _description(value: Any, path: str, problems: Problems) -> str | None:
+    """A description for analysts (a table or column comment): text, one paragraph."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        problems.add(path, f"expected a description (text), got {_kind(value)}")
+        return None
+    return " ".join(value.split())
 
 
 def _source(name: str, raw: Any, kafka: KafkaSettings, problems: Problems) -> Source | None:
@@ -225,11 +235,16 @@ def _source(name: str, raw: Any, kafka: KafkaSettings, problems: Problems) -> So
         for col_name, col_type in raw_columns.items():
             col_path = f"{path}.columns.{col_name}"
             ident = _identifier(col_name, col_path, problems, "column name")
+            description = None
+            if isinstance(col_type, dict):  # long form: {type: ..., description: ...}
+                _unknown_keys(col_type, ("type", "description"), col_path, problems)
+                description = _description(col_type.get("description"), f"{col_path}.description", problems)
+                col_type = col_type.get("type")
             typ = _column_type(col_type, col_path, problems)
             if ident:
                 declared.add(ident)
             if ident and typ:
-                columns.append(Column(ident, typ))
+                columns.append(Column(ident, typ, description))
     known = declared
     if "primary_key" not in values:
         problems.add(_join(path, "primary_key"), "missing: every source needs its primary key columns, e.g. [id]")
@@ -268,6 +283,7 @@ def _source(name: str, raw: Any, kafka: KafkaSettings, problems: Problems) -> So
         kind=_choice(values, "kind", SOURCE_KINDS, "table", path, problems),
         replica_identity=_choice(values, "replica_identity", REPLICA_IDENTITIES, "default", path, problems),
         foreign_keys=tuple(foreign_keys),
+        description=_description(values.get("description"), _join(path, "description"), problems),
     )
 
 
@@ -295,7 +311,7 @@ def _view(name: str, raw: Any, sources: dict[str, Source], problems: Problems) -
     values = _mapping(raw, path, problems)
     if not values:
         return None
-    _unknown_keys(values, ("base", "joins", "columns"), path, problems)
+    _unknown_keys(values, ("base", "joins", "columns", "description"), path, problems)
     base = _identifier(values.get("base"), _join(path, "base"), problems, "base source")
     if base is None:
         return None
@@ -324,6 +340,11 @@ def _view(name: str, raw: Any, sources: dict[str, Source], problems: Problems) -
             col_path = f"{path}.columns.{out_name}"
             if not _identifier(out_name, col_path, problems, "output column"):
                 continue
+            description = None
+            if isinstance(ref, dict):  # long form: {from: alias.column, description: ...}
+                _unknown_keys(ref, ("from", "description"), col_path, problems)
+                description = _description(ref.get("description"), f"{col_path}.description", problems)
+                ref = ref.get("from")
             if not isinstance(ref, str) or ref.count(".") != 1:
                 problems.add(col_path, f"expected alias.column (e.g. {base}.{sources[base].primary_key[0] if sources[base].primary_key else 'id'}), got {_kind(ref)}")
                 continue
@@ -333,11 +354,11 @@ def _view(name: str, raw: Any, sources: dict[str, Source], problems: Problems) -
             elif column not in sources[alias_tables[alias]].column_names:
                 problems.add(col_path, f"{alias_tables[alias]!r} has no column {column!r} (columns: {', '.join(sources[alias_tables[alias]].column_names)})")
             else:
-                columns.append(ViewColumn(out_name, alias, column))
+                columns.append(ViewColumn(out_name, alias, column, description))
     for pk_col in sources[base].primary_key:
         if not any(c.alias == base and c.column == pk_col for c in columns):
             problems.add(_join(path, "columns"), f"must select the base table's primary key column {base}.{pk_col} (gold rows are keyed by it)")
-    return View(name=name, base=base, joins=tuple(joins), columns=tuple(columns))
+    return View(name=name, base=base, joins=tuple(joins), columns=tuple(columns), description=_description(values.get("description"), _join(path, "description"), problems))
 
 
 def _view_join(path: str, raw: Any, alias_tables: dict[str, str], sources: dict[str, Source], problems: Problems) -> Join | None:

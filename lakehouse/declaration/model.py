@@ -31,6 +31,7 @@ class Column:
 
     name: str
     type: str
+    description: str | None = None  # for analysts: a Delta column comment, the data dictionary
 
     @property
     def decimal_scale(self) -> int | None:
@@ -59,6 +60,7 @@ class Source:
     kind: str = "table"
     replica_identity: str = "default"
     foreign_keys: tuple[ForeignKey, ...] = ()
+    description: str | None = None
 
     @property
     def column_names(self) -> tuple[str, ...]:
@@ -117,6 +119,7 @@ class ViewColumn:
     name: str
     alias: str
     column: str
+    description: str | None = None
 
 
 @dataclass(frozen=True)
@@ -127,6 +130,7 @@ class View:
     base: str
     joins: tuple[Join, ...]
     columns: tuple[ViewColumn, ...]
+    description: str | None = None
 
     def table_of(self, alias: str) -> str:
         if alias == self.base:

@@ -9,6 +9,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from lakehouse.comments import apply_comments, gold_comments
 from lakehouse.declaration import ForeignKey, Pipeline, Source
 from lakehouse.errors import TableLayoutError
 from lakehouse.gold.frames import HASH_LENGTH
@@ -86,8 +87,10 @@ def ensure_gold_table(spark: SparkSession, pipeline: Pipeline, plan: ViewPlan) -
                 f"hashes, now {HASH_LENGTH}): every row would be rewritten once and `verify` would report them "
                 f"stale; drop the table and its checkpoint (gold_{plan.view.name}) to rebuild it"
             )
-        return name
-    _create_table(spark, name, plan.gold_schema(), plan.key_columns, cdf=True)
+    else:
+        _create_table(spark, name, plan.gold_schema(), plan.key_columns, cdf=True)
+    lineage = {a.alias: (a.gold_hash, a.gold_seq) for a in plan.aliases}
+    apply_comments(spark, name, *gold_comments(pipeline, plan.view, lineage))
     return name
 
 

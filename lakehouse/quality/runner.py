@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType, TimestampType
+from pyspark.sql.types import BooleanType, DoubleType, LongType, StringType, StructField, StructType, TimestampType
 
 from lakehouse.declaration import Pipeline
 from lakehouse.errors import UnknownNameError
@@ -62,6 +62,11 @@ RESULTS_SCHEMA = StructType(
         StructField("observed_value", StringType(), True),
         StructField("unexpected_count", LongType(), True),
         StructField("element_count", LongType(), True),
+        # added later (an older table gains them, null in its earlier rows): what dashboards group by
+        StructField("pipeline", StringType(), True),
+        StructField("check_name", StringType(), True),  # stable across versions, e.g. key_unique, base_not_stale
+        StructField("description", StringType(), True),
+        StructField("unexpected_percent", DoubleType(), True),
     ]
 )
 
@@ -86,8 +91,15 @@ class ExpectationOutcome:
     unexpected_count: int | None
     element_count: int | None
     error: str | None = None  # set when GX raised while computing the expectation
+    description: str | None = None  # what the check means, for people reading a dashboard
 
-    def row(self, run_id: str, run_at: datetime) -> tuple[Any, ...]:
+    @property
+    def unexpected_percent(self) -> float | None:
+        if self.unexpected_count is None or not self.element_count:
+            return None
+        return round(100.0 * self.unexpected_count / self.element_count, 4)
+
+    def row(self, run_id: str, run_at: datetime, pipeline: str) -> tuple[Any, ...]:
         return (
             run_id,
             run_at,
@@ -100,6 +112,10 @@ class ExpectationOutcome:
             self.observed_value,
             self.unexpected_count,
             self.element_count,
+            pipeline,
+            self.check,
+            self.description,
+            self.unexpected_percent,
         )
 
 
@@ -327,6 +343,7 @@ def _outcome(ts: TableSuite, result: Any, table_rows: int | None) -> Expectation
         unexpected_count=unexpected,
         element_count=element,
         error=error,
+        description=getattr(config, "description", None),
     )
 
 
@@ -351,6 +368,7 @@ def _errored(ts: TableSuite, exc: BaseException) -> tuple[ExpectationOutcome, ..
                 unexpected_count=None,
                 element_count=None,
                 error=message,
+                description=exp.description,
             )
         )
     return tuple(out)
@@ -486,6 +504,10 @@ def ensure_results_table(spark: SparkSession, pipeline: Pipeline) -> str:
         f"`{f.name}` {f.dataType.simpleString()}{'' if f.nullable else ' NOT NULL'}" for f in RESULTS_SCHEMA.fields
     )
     spark.sql(f"CREATE TABLE IF NOT EXISTS {sql_name(name)} ({columns}) USING delta")
+    have = {f.name for f in spark.table(sql_name(name)).schema.fields}
+    missing = [f for f in RESULTS_SCHEMA.fields if f.name not in have]  # a table an earlier version made
+    if missing:
+        spark.sql(f"ALTER TABLE {sql_name(name)} ADD COLUMNS ({', '.join(f'`{f.name}` {f.dataType.simpleString()}' for f in missing)})")
     return name
 
 
@@ -498,7 +520,7 @@ def write_results(spark: SparkSession, pipeline: Pipeline, report: QualityReport
     append then does the same job without scanning the table for the predicate.
     """
     name = ensure_results_table(spark, pipeline)
-    rows = [o.row(report.run_id, report.run_at) for o in report.outcomes]
+    rows = [o.row(report.run_id, report.run_at, pipeline.name) for o in report.outcomes]
     writer = spark.createDataFrame(rows, RESULTS_SCHEMA).coalesce(1).write.format("delta")
     if replace:
         literal = report.run_id.replace("'", "''")

@@ -16,6 +16,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from lakehouse.comments import apply_comments, silver_comments
 from lakehouse.declaration import Pipeline, Source
 from lakehouse.errors import CdcEnrichError
 from lakehouse.silver.plan import COMPACTED_BEFORE_PROPERTY, Truncate
@@ -103,6 +104,8 @@ def ensure_silver_tables(spark: SparkSession, pipeline: Pipeline, source: Source
     _create(spark, toast_table(pipeline, source), toast_schema(source), {})
     _create(spark, truncates_table(pipeline), truncates_schema(), {})
     _create(spark, late_changes_table(pipeline), late_changes_schema(), {})
+    for history, name in ((False, silver_current_table(pipeline, source)), (True, silver_history_table(pipeline, source))):
+        apply_comments(spark, name, *silver_comments(source, history))
     columns = ", ".join(f"`{c}`" for c in source.column_names)
     spark.sql(
         f"CREATE OR REPLACE VIEW {live_view(pipeline, source)} AS "

@@ -3,7 +3,7 @@
 WITH latest AS (
   SELECT run_id FROM {results} ORDER BY run_at DESC LIMIT 1
 )
-SELECT r.layer, r.table_name, r.expectation, r.severity, r.observed_value, r.unexpected_count, r.element_count
+SELECT r.layer, r.table_name, r.check_name, r.description, r.expectation, r.severity, r.observed_value, r.unexpected_count, r.unexpected_percent
 FROM {results} r
 JOIN latest USING (run_id)
 WHERE NOT r.success

@@ -244,6 +244,13 @@ def test_gold_change_feed_carries_only_real_changes(spark, lake: Path, shop_pipe
     assert (changes[0]["customer_name"], changes[1]["customer_name"]) == ("ann", "Ann")
     assert_gold_equals_oracle(spark, pipeline, ["orders_enriched"])
 
+    # analysts read the pipeline file's descriptions as table and column comments (lakehouse.comments)
+    comments = {c.name: c.description for c in spark.catalog.listColumns(table)}
+    assert comments["customer_segment"] == "The customer's current marketing segment"  # the view column's own
+    assert comments["total"] == "Order total in the shop's currency, tax included"  # the source column's
+    assert comments["order_id"] == "orders.id (orders.id)" and comments["_customer_hash"].startswith("lineage:")
+    assert spark.catalog.getTable(table).description.startswith("Orders with the customer who placed them")
+
 
 @pytest.mark.long
 def test_deleting_parents_and_children_inner_and_left(spark, lake: Path, shop_pipeline: Pipeline):

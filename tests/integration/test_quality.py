@@ -283,6 +283,7 @@ def test_clean_set_passes_and_every_result_lands_in_the_results_table(spark, cle
         "run_id:string", "run_at:timestamp", "layer:string", "table_name:string", "suite:string",
         "expectation:string", "success:boolean", "severity:string", "observed_value:string",
         "unexpected_count:bigint", "element_count:bigint",
+        "pipeline:string", "check_name:string", "description:string", "unexpected_percent:double",
     ]  # fmt: skip
     rows = results.collect()
     assert len(rows) == report.evaluated
@@ -300,6 +301,11 @@ def test_clean_set_passes_and_every_result_lands_in_the_results_table(spark, cle
     assert (live_hash[0].element_count, live_hash[0].unexpected_count) == (2, 0)  # the deleted key is not counted
     stale = [r for r in by_table[gold_table(clean, "orders_enriched")] if "base_not_stale" in r.expectation][0]
     assert (stale.unexpected_count, stale.element_count, stale.observed_value) == (0, 3, "0")
+    # what a dashboard groups and labels by: the pipeline, the stable check name, what it means
+    assert {r.pipeline for r in rows} == {clean.name}
+    assert {r.check_name for r in rows} == {o.check for o in report.outcomes}
+    assert (stale.check_name, stale.unexpected_percent) == ("base_not_stale", 0.0)
+    assert stale.description.startswith("no gold row is built from")
 
 
 def test_same_run_id_replaces_its_rows(spark, clean, lake):
@@ -328,6 +334,8 @@ def test_planted_defects_fail_exactly_their_expectations(defects, defect_report)
     assert not report.ok and len(report.errors) == 8 and len(report.warnings) == 1
     counts = {(o.table, o.check): (o.unexpected_count, o.observed_value) for o in report.failed}
     assert counts[(gold_table(p, "orders_enriched"), "base_key_live")] == (1, "1")
+    pk = [o for o in report.failed if (o.table, o.check) == (silver("products"), "pk_unique")][0]
+    assert pk.unexpected_percent == round(100.0 * pk.unexpected_count / pk.element_count, 4) > 0
     assert counts[(gold_table(p, "order_items_enriched"), "base_not_stale")] == (1, "1")
     assert counts[(quarantine_table(p), "quarantined_records")] == (None, "1")
     assert counts[(silver("products"), "pk_unique")][0] == 2  # both rows of the duplicated key
@@ -389,10 +397,29 @@ def test_job_entry_point(spark, defects, clean, lake, tmp_path: Path, shop_pipel
 
 
 def test_the_operator_queries_in_quality_run_against_the_results(spark, defects, defect_report):
-    """quality/queries/*.sql, as a dashboard would run them: the latest run's failures are the
-    report's, and the pass rate row of that run adds up."""
-    queries = {p.stem: p.read_text().replace("{results}", quality_results_table(defects)) for p in (REPO / "quality" / "queries").glob("*.sql")}
-    assert set(queries) == {"pass_rate_by_run", "failing_checks_latest_run"}
+    """quality/queries/*.sql, as a dashboard (and the bundle's Lakeview datasets) run them: the
+    latest run's failures are the table's, the pass rate row of a run adds up, and the stream
+    queries sum a metrics table's rows by stage and minute and total the Kafka lag."""
+    from datetime import datetime
+
+    from lakehouse.metrics import METRICS_SCHEMA, metrics_table
+
+    metrics = metrics_table(defects)
+    rows = [
+        (defects.name, "bronze", "bronze_x_orders", "q", "r", 0, datetime(2026, 1, 1, 0, 0, 5), 10, 9, 1, None, None, 900, {}, {"t": 4, "u": 1}, "kafka"),
+        (defects.name, "bronze", "bronze_x_orders", "q", "r", 1, datetime(2026, 1, 1, 0, 0, 35), 5, 5, 0, None, None, 700, {}, {"t": 0, "u": 0}, "kafka"),
+        (defects.name, "silver", "silver_x_orders", "q2", "r2", 0, datetime(2026, 1, 1, 0, 0, 50), 14, 12, None, None, None, 3000, {}, None, "delta"),
+    ]
+    spark.createDataFrame(rows, METRICS_SCHEMA).write.format("delta").mode("overwrite").saveAsTable(metrics)
+    tables = {"{results}": quality_results_table(defects), "{metrics}": metrics}
+    queries = {}
+    for path in (REPO / "quality" / "queries").glob("*.sql"):
+        text = path.read_text()
+        for placeholder, table in tables.items():
+            text = text.replace(placeholder, table)
+        queries[path.stem] = text
+    assert set(queries) == {"pass_rate_by_run", "failing_checks_latest_run", "stream_throughput_by_minute", "kafka_lag"}
+
     results = spark.table(quality_results_table(defects))
     last = results.orderBy(F.col("run_at").desc()).first().run_id  # other tests of this module run later, on subsets
     expected = results.where((F.col("run_id") == last) & ~F.col("success")).select("table_name", "expectation").collect()
@@ -403,3 +430,25 @@ def test_the_operator_queries_in_quality_run_against_the_results(spark, defects,
     mine = runs[defect_report.run_id]
     assert (mine.checks, mine.errors, mine.warnings) == (defect_report.evaluated, 8, 1)
     assert mine.passed == mine.checks - 9
+
+    throughput = [(r.stage, r.batches, r.rows_in, r.rows_out, r.quarantined, r.avg_batch_s) for r in spark.sql(queries["stream_throughput_by_minute"]).collect()]
+    assert throughput == [("bronze", 2, 15, 14, 1, 0.8), ("silver", 1, 14, 12, None, 3.0)]
+    assert [(r.stream, r.records_behind) for r in spark.sql(queries["kafka_lag"]).collect()] == [("bronze_x_orders", 5), ("bronze_x_orders", 0)]
+
+
+def test_a_results_table_of_an_earlier_version_gains_the_new_columns(spark, clean, lake):
+    """Results written before `pipeline`, `check_name`, `description`, `unexpected_percent`
+    existed stay; the table gains the columns (null in its old rows) and new runs fill them."""
+    old = dataclasses.replace(clean, tables=dataclasses.replace(clean.tables, quality_schema=f"q_old_{uuid.uuid4().hex[:6]}"))
+    table = quality_results_table(old)
+    spark.sql(f"CREATE SCHEMA {old.tables.quality_schema}")
+    spark.sql(
+        f"CREATE TABLE {table} (run_id string NOT NULL, run_at timestamp NOT NULL, layer string NOT NULL, "
+        "table_name string NOT NULL, suite string NOT NULL, expectation string NOT NULL, success boolean NOT NULL, "
+        "severity string NOT NULL, observed_value string, unexpected_count bigint, element_count bigint) USING delta"
+    )
+    spark.sql(f"INSERT INTO {table} VALUES ('old', current_timestamp(), 'gold', 't', 's', 'e', true, 'error', '0', 0, 1)")
+    report = run_quality(spark, old, lake, tables=["gold.orders_enriched"])
+    rows = {r.run_id: r for r in spark.table(table).collect()}
+    assert rows["old"].check_name is None and rows["old"].pipeline is None
+    assert {r.check_name for r in spark.table(table).where(f"run_id = '{report.run_id}'").collect()} == {o.check for o in report.outcomes}

@@ -728,3 +728,22 @@ def test_upkeep_compacts_history_optimizes_and_vacuums_keeping_time_travel(make_
     assert properties["delta.deletedFileRetentionDuration"] == "interval 7 days"
     assert spark.sql(f"SELECT count(*) FROM {history} VERSION AS OF 1").first()[0] > 0  # time travel still reaches back
     assert "upkeep:" in report.render() and "all done" in report.render()
+
+
+def test_silver_tables_carry_the_pipeline_files_descriptions_as_comments(make_env, spark):
+    """Table and column comments for analysts, the service's own columns explained too; an edited
+    description reaches the table the next time its stream opens it."""
+    env = make_env("customers")
+    current, history = silver_current_table(env.pipeline, env.source), silver_history_table(env.pipeline, env.source)
+    assert spark.catalog.getTable(current).description.startswith("People who have an account in the shop. Silver current")
+    assert "every version of each row" in spark.catalog.getTable(history).description
+    columns = {c.name: c.description for c in spark.catalog.listColumns(current)}
+    assert columns["segment"] == "Marketing segment: retail, business or vip"
+    assert columns["_deleted"].startswith("true when the row is deleted") and columns["name"] in (None, "")
+    assert {c.name: c.description for c in spark.catalog.listColumns(history)}["_valid_to"].startswith("source commit time of the next")
+
+    edited = dataclasses.replace(env.source, columns=tuple(
+        dataclasses.replace(c, description="Segment (edited)") if c.name == "segment" else c for c in env.source.columns
+    ))
+    ensure_silver_tables(spark, dataclasses.replace(env.pipeline, sources={**env.pipeline.sources, "customers": edited}), edited)
+    assert {c.name: c.description for c in spark.catalog.listColumns(current)}["segment"] == "Segment (edited)"

@@ -130,3 +130,36 @@ def test_the_maintain_job_runs_upkeep_daily():
     maintain = jobs["cdc_enrich_maintain"]
     assert maintain["schedule"]["quartz_cron_expression"].startswith("0 30 3 ")
     assert [t["spark_python_task"]["python_file"] for t in maintain["tasks"]] == ["../jobs/maintain.py"]
+
+
+def test_the_dashboard_is_a_bundle_resource_built_from_the_quality_queries():
+    """The Lakeview dashboard passes the bundle model, reads the quality schema the bundle names,
+    and is what quality/build_dashboard.py makes of quality/queries/*.sql (one place per query)."""
+    import importlib.util
+    import json
+    import re
+
+    from databricks.bundles.dashboards import Dashboard
+
+    _, included = load_bundle()
+    dashboards = {name: d for path, doc in included for name, d in doc.get("resources", {}).get("dashboards", {}).items()}
+    resource = dashboards["cdc_enrich_quality"]
+    Dashboard.from_dict(resource)
+    assert (resource["dataset_catalog"], resource["dataset_schema"]) == ("${var.catalog}", "${var.quality_schema}")
+    path = (REPO / "resources" / resource["file_path"]).resolve()
+    spec = importlib.util.spec_from_file_location("build_dashboard", REPO / "quality" / "build_dashboard.py")
+    builder = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(builder)
+    assert path.read_text() == builder.render(), "run .venv/bin/python quality/build_dashboard.py"
+    board = json.loads(path.read_text())
+    datasets = {d["name"]: "".join(d["queryLines"]) for d in board["datasets"]}
+    assert set(datasets) == {p.stem for p in (REPO / "quality" / "queries").glob("*.sql")}
+    for widget in (item["widget"] for page in board["pages"] for item in page["layout"]):
+        query = widget["queries"][0]["query"]
+        sql = datasets[query["datasetName"]]
+        for field in query["fields"]:
+            for column in re.findall(r"`([a-z_]+)`", field["expression"]):
+                assert re.search(rf"\b{column}\b", sql), (widget["name"], column)
+        for encoding in widget["spec"]["encodings"].values():
+            names = [e["fieldName"] for e in (encoding if isinstance(encoding, list) else [encoding])]
+            assert set(names) <= {f["name"] for f in query["fields"]}, widget["name"]

@@ -1,0 +1,72 @@
+"""Table and column comments for analysts: the pipeline file's descriptions, and what the
+service's own columns mean, on every silver and gold table (`DESCRIBE TABLE`, Unity Catalog's
+explorer and the data dictionary (`lakehouse.dictionary`) all show them).
+
+Comments are applied when a stage creates or opens its tables and only where they differ, so a
+description edited in the file reaches the table on the next run.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import SparkSession
+
+from lakehouse.declaration import Pipeline, Source, View
+from lakehouse.sqltext import quote
+
+#: The service's own silver columns (current and history).
+SILVER_COLUMNS = {
+    "_row_hash": "hash of the row's declared columns (a change that hashes the same is no change)",
+    "_sequence": "the change's position in the source's commit order (LSN, binlog position or ts_ms, by the source's ordering rule)",
+    "_source_ts": "when the source database committed this version",
+    "_op": "the Debezium operation of this version: r (snapshot), c, u, d, t (truncate)",
+    "_deleted": "true when the row is deleted in the source (kept as a marker so that older changes cannot resurrect it)",
+    "_updated_at": "when the service wrote this row",
+    "_valid_from": "source commit time from which this version was the row's state",
+    "_valid_to": "source commit time of the next version (null: still current)",
+    "_valid_to_sequence": "the next version's _sequence (null: still current)",
+    "_recorded_at": "when the service recorded this version",
+}
+ROW_HASH_GOLD = "hash of the row's selected columns (a rebuild that hashes the same rewrites nothing)"
+
+
+def silver_comments(source: Source, history: bool) -> tuple[str, dict[str, str]]:
+    """(table comment, column -> comment) of a source's silver current or history table."""
+    what = "every version of each row, valid_from/valid_to in source time" if history else "the latest state of each row (deletes kept as _deleted markers)"
+    table = f"{source.description + ' ' if source.description else ''}Silver {'history' if history else 'current'} of source {source.name!r}: {what}. Key: {', '.join(source.primary_key)}."
+    columns = {c.name: c.description for c in source.columns if c.description}
+    return table, columns | SILVER_COLUMNS  # apply_comments skips the columns a table lacks
+
+
+def gold_comments(pipeline: Pipeline, view: View, lineage: dict[str, tuple[str, str]]) -> tuple[str, dict[str, str]]:
+    """(table comment, column -> comment) of a view's gold table; `lineage`: alias -> (hash
+    column, sequence column)."""
+    joins = ", ".join(f"{j.type} join {j.table} as {j.alias}" for j in view.joins) or "no joins"
+    table = f"{view.description + ' ' if view.description else ''}Gold view {view.name!r}: {view.base} with {joins}; kept equal to that SQL join of silver current by cdc-enrich."
+    columns: dict[str, str] = {}
+    for col in view.columns:
+        source = pipeline.source(view.table_of(col.alias))
+        declared = source.column(col.column).description
+        columns[col.name] = col.description or declared or f"{col.alias}.{col.column} ({source.name}.{col.column})"
+    for alias, (hash_column, seq_column) in lineage.items():
+        columns[hash_column] = f"lineage: hash of the {alias} version this row was built from"
+        columns[seq_column] = f"lineage: _sequence of the {alias} version this row was built from"
+    columns["_row_hash"] = ROW_HASH_GOLD
+    return table, columns
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def apply_comments(spark: SparkSession, table: str, comment: str, columns: dict[str, str]) -> int:
+    """Set the table's and its columns' comments where they differ; how many statements ran."""
+    ran = 0
+    if (spark.catalog.getTable(table).description or "") != comment:
+        spark.sql(f"COMMENT ON TABLE {table} IS {_literal(comment)}")
+        ran += 1
+    existing = {c.name: c.description or "" for c in spark.catalog.listColumns(table)}
+    for column, text in columns.items():
+        if column in existing and existing[column] != text:
+            spark.sql(f"ALTER TABLE {table} ALTER COLUMN {quote(column)} COMMENT {_literal(text)}")
+            ran += 1
+    return ran
