@@ -2,13 +2,15 @@
 service's own columns mean, on every silver and gold table (`DESCRIBE TABLE`, Unity Catalog's
 explorer and the data dictionary (`lakehouse.dictionary`) all show them).
 
-Comments are applied when a stage creates or opens its tables and only where they differ, so a
-description edited in the file reaches the table on the next run.
+A table is created with its comments (`commented`); when a stage opens an existing one, only
+the comments that differ are set, so a description edited in the file reaches the table on the
+next run.
 """
 
 from __future__ import annotations
 
 from pyspark.sql import SparkSession
+from pyspark.sql.types import StructField, StructType
 
 from lakehouse.declaration import Pipeline, Source, View
 from lakehouse.sqltext import quote
@@ -52,6 +54,15 @@ def gold_comments(pipeline: Pipeline, view: View, lineage: dict[str, tuple[str, 
         columns[seq_column] = f"lineage: _sequence of the {alias} version this row was built from"
     columns["_row_hash"] = ROW_HASH_GOLD
     return table, columns
+
+
+def commented(schema: StructType, columns: dict[str, str]) -> StructType:
+    """`schema` with its columns' comments in their metadata: a table created from it has them
+    without a commit per column."""
+    return StructType([
+        StructField(f.name, f.dataType, f.nullable, {**f.metadata, "comment": columns[f.name]} if f.name in columns else f.metadata)
+        for f in schema.fields
+    ])
 
 
 def _literal(text: str) -> str:

@@ -9,7 +9,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from lakehouse.comments import apply_comments, gold_comments
+from lakehouse.comments import apply_comments, commented, gold_comments
 from lakehouse.declaration import ForeignKey, Pipeline, Source
 from lakehouse.errors import TableLayoutError
 from lakehouse.gold.frames import HASH_LENGTH
@@ -44,7 +44,7 @@ def _metrics(result: DataFrame) -> dict[str, int]:
     }
 
 
-def _create_table(spark: SparkSession, name: str, schema: StructType, cluster_by: Sequence[str], cdf: bool) -> None:
+def _create_table(spark: SparkSession, name: str, schema: StructType, cluster_by: Sequence[str], cdf: bool, comment: str | None = None) -> None:
     """Create a Delta table if missing: clustered, with deletion vectors (a MERGE that changes a
     few rows of a large file marks them instead of rewriting the file), CDF when asked."""
     from delta.tables import DeltaTable
@@ -59,6 +59,8 @@ def _create_table(spark: SparkSession, name: str, schema: StructType, cluster_by
         builder = builder.clusterBy(*cluster_by)
     if cdf:
         builder = builder.property("delta.enableChangeDataFeed", "true")
+    if comment:
+        builder = builder.comment(comment)
     builder.execute()
 
 
@@ -72,6 +74,8 @@ def ensure_subscription_table(spark: SparkSession, pipeline: Pipeline, source: S
 def ensure_gold_table(spark: SparkSession, pipeline: Pipeline, plan: ViewPlan) -> str:
     """Create gold.<view> if missing (CDF on, clustered by key); refuse a table of another shape."""
     name = gold_table(pipeline, plan.view.name)
+    lineage = {a.alias: (a.gold_hash, a.gold_seq) for a in plan.aliases}
+    comment, columns = gold_comments(pipeline, plan.view, lineage)
     if spark.catalog.tableExists(name):
         have = [f.name for f in spark.table(name).schema.fields]
         if have != list(plan.gold_columns):
@@ -87,10 +91,9 @@ def ensure_gold_table(spark: SparkSession, pipeline: Pipeline, plan: ViewPlan) -
                 f"hashes, now {HASH_LENGTH}): every row would be rewritten once and `verify` would report them "
                 f"stale; drop the table and its checkpoint (gold_{plan.view.name}) to rebuild it"
             )
-    else:
-        _create_table(spark, name, plan.gold_schema(), plan.key_columns, cdf=True)
-    lineage = {a.alias: (a.gold_hash, a.gold_seq) for a in plan.aliases}
-    apply_comments(spark, name, *gold_comments(pipeline, plan.view, lineage))
+        apply_comments(spark, name, comment, columns)  # only what changed since it was made
+        return name
+    _create_table(spark, name, commented(plan.gold_schema(), columns), plan.key_columns, cdf=True, comment=comment)
     return name
 
 

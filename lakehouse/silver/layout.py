@@ -16,7 +16,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from lakehouse.comments import apply_comments, silver_comments
+from lakehouse.comments import apply_comments, commented, silver_comments
 from lakehouse.declaration import Pipeline, Source
 from lakehouse.errors import CdcEnrichError
 from lakehouse.silver.plan import COMPACTED_BEFORE_PROPERTY, Truncate
@@ -98,14 +98,17 @@ def ensure_silver_tables(spark: SparkSession, pipeline: Pipeline, source: Source
     schema = ".".join(p for p in (pipeline.tables.catalog, pipeline.tables.silver_schema) if p)
     spark.sql(f"CREATE SCHEMA IF NOT EXISTS {schema}")
     dv = "true" if deletion_vectors else "false"
-    _create(spark, silver_current_table(pipeline, source), silver_current_schema(source),
-            {"delta.enableChangeDataFeed": "true", "delta.enableDeletionVectors": dv})
-    _create(spark, silver_history_table(pipeline, source), silver_history_schema(source), {"delta.enableDeletionVectors": dv})
+    current_comment, current_columns = silver_comments(source, history=False)
+    history_comment, history_columns = silver_comments(source, history=True)
+    _create(spark, silver_current_table(pipeline, source), commented(silver_current_schema(source), current_columns),
+            {"delta.enableChangeDataFeed": "true", "delta.enableDeletionVectors": dv}, current_comment)
+    _create(spark, silver_history_table(pipeline, source), commented(silver_history_schema(source), history_columns),
+            {"delta.enableDeletionVectors": dv}, history_comment)
     _create(spark, toast_table(pipeline, source), toast_schema(source), {})
     _create(spark, truncates_table(pipeline), truncates_schema(), {})
     _create(spark, late_changes_table(pipeline), late_changes_schema(), {})
-    for history, name in ((False, silver_current_table(pipeline, source)), (True, silver_history_table(pipeline, source))):
-        apply_comments(spark, name, *silver_comments(source, history))
+    apply_comments(spark, silver_current_table(pipeline, source), current_comment, current_columns)  # an existing table: what changed
+    apply_comments(spark, silver_history_table(pipeline, source), history_comment, history_columns)
     columns = ", ".join(f"`{c}`" for c in source.column_names)
     spark.sql(
         f"CREATE OR REPLACE VIEW {live_view(pipeline, source)} AS "
@@ -113,13 +116,15 @@ def ensure_silver_tables(spark: SparkSession, pipeline: Pipeline, source: Source
     )
 
 
-def _create(spark: SparkSession, name: str, schema: StructType, properties: dict[str, str]) -> None:
+def _create(spark: SparkSession, name: str, schema: StructType, properties: dict[str, str], comment: str | None = None) -> None:
     """Create the table, or add the columns a source gained since (a column added upstream;
     bronze adds it too). Existing rows read null for it. A changed type is an error."""
     if not spark.catalog.tableExists(name):
         builder = DeltaTable.createIfNotExists(spark).tableName(name).addColumns(schema)
         for k, v in properties.items():
             builder = builder.property(k, v)
+        if comment:
+            builder = builder.comment(comment)
         builder.execute()
         return
     existing = {f.name: f.dataType for f in spark.table(name).schema.fields}
