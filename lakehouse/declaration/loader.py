@@ -22,8 +22,11 @@ from lakehouse.declaration.model import (
     TRIGGERS,
     REFRESH_MODES,
     STREAM_STAGES,
+    RULE_KINDS,
+    RULE_SEVERITIES,
     Column,
     ForeignKey,
+    Rule,
     Join,
     KafkaSettings,
     Options,
@@ -207,7 +210,112 @@ def _interval(value: Any, where: str, problems: Problems) -> str:
     return value
 
 
-_SOURCE_FIELDS = ("topic", "primary_key", "columns", "sequence", "kind", "replica_identity", "foreign_keys", "description")
+_SOURCE_FIELDS = ("topic", "primary_key", "columns", "sequence", "kind", "replica_identity", "foreign_keys", "description", "expectations")
+
+
+def _rules(raw: Any, path: str, columns: tuple[str, ...], problems: Problems) -> tuple[Rule, ...]:
+    """`expectations:` of a source (its columns) or a view (its output columns): a list of
+    `{name, <kind>: <argument>, severity: warn|fail, description}`."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        problems.add(path, f"expected a list of rules such as {{name: email_set, not_null: email}}, got {_kind(raw)}")
+        return ()
+    rules: list[Rule] = []
+    seen: set[str] = set()
+    for i, item in enumerate(raw):
+        where = f"{path}[{i}]"
+        values = _mapping(item, where, problems)
+        if not values:
+            continue
+        _unknown_keys(values, ("name", "severity", "description", *RULE_KINDS), where, problems)
+        name = _identifier(values.get("name"), _join(where, "name"), problems, "rule name")
+        if name in seen:
+            problems.add(_join(where, "name"), f"rule {name!r} is declared twice on this table")
+        kinds = [k for k in RULE_KINDS if k in values]
+        if len(kinds) != 1:
+            problems.add(where, f"expected exactly one of {', '.join(RULE_KINDS)}, got {', '.join(kinds) or 'none'}")
+            continue
+        severity = values.get("severity", "fail")
+        if severity == "quarantine":
+            problems.add(_join(where, "severity"), "severity quarantine is not supported yet: use warn or fail")
+            continue
+        severity = _choice(values, "severity", RULE_SEVERITIES, "fail", where, problems)
+        rule = _rule(kinds[0], values[kinds[0]], _join(where, kinds[0]), columns, problems)
+        if rule is not None and name:
+            seen.add(name)
+            rules.append(replace(rule, name=name, severity=severity,
+                                 description=_description(values.get("description"), _join(where, "description"), problems)))
+    return tuple(rules)
+
+
+def _rule(kind: str, arg: Any, where: str, columns: tuple[str, ...], problems: Problems) -> Rule | None:
+    """One rule's argument, checked against the table's columns."""
+
+    def column(value: Any, at: str) -> str | None:
+        if not isinstance(value, str) or value not in columns:
+            problems.add(at, f"expected a column of this table ({', '.join(columns)}), got {_kind(value)}")
+            return None
+        return value
+
+    def number(value: Any, at: str) -> float | None:
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            problems.add(at, f"expected a number, got {_kind(value)}")
+            return None
+        return value
+
+    if kind == "not_null":
+        col = column(arg, where)
+        return Rule("", kind, columns=(col,)) if col else None
+    if kind == "unique":
+        names = _name_list(arg, where, problems, "column names")
+        found = [column(n, f"{where}[{i}]") for i, n in enumerate(names)]
+        return Rule("", kind, columns=tuple(found)) if names and all(found) else None  # type: ignore[arg-type]
+    if kind in ("accepted_values", "range", "regex", "row_count"):
+        spec = _mapping(arg, where, problems)
+        if not spec:
+            return None
+        allowed = {"accepted_values": ("column", "values"), "range": ("column", "min", "max"),
+                   "regex": ("column", "pattern"), "row_count": ("min", "max")}[kind]
+        _unknown_keys(spec, allowed, where, problems)
+        col = column(spec.get("column"), _join(where, "column")) if "column" in allowed else None
+        if kind == "accepted_values":
+            values = spec.get("values")
+            if not isinstance(values, list) or not values:
+                problems.add(_join(where, "values"), f"expected a non-empty list of values, got {_kind(values)}")
+                return None
+            return Rule("", kind, columns=(col,), values=tuple(values)) if col else None
+        if kind == "regex":
+            pattern = spec.get("pattern")
+            try:
+                re.compile(pattern) if isinstance(pattern, str) else None
+            except re.error as exc:
+                problems.add(_join(where, "pattern"), f"not a valid regular expression: {exc}")
+                return None
+            if not isinstance(pattern, str) or not pattern:
+                problems.add(_join(where, "pattern"), f"expected a regular expression, got {_kind(pattern)}")
+                return None
+            return Rule("", kind, columns=(col,), pattern=pattern) if col else None
+        low, high = number(spec.get("min"), _join(where, "min")), number(spec.get("max"), _join(where, "max"))
+        if low is None and high is None:
+            problems.add(where, "expected min, max or both")
+            return None
+        if low is not None and high is not None and low > high:
+            problems.add(where, f"min {low} is above max {high}")
+            return None
+        if kind == "range" and not col:
+            return None
+        return Rule("", kind, columns=(col,) if col else (), minimum=low, maximum=high)
+    # row_condition, sql: Spark SQL, checked when the quality run asks Spark for the offending rows
+    if not isinstance(arg, str) or not arg.strip():
+        problems.add(where, f"expected Spark SQL text, got {_kind(arg)}")
+        return None
+    if kind == "sql" and "{table}" not in arg:
+        problems.add(where, "the query must read this table as {table} (and may join others by name)")
+        return None
+    return Rule("", kind, condition=arg.strip()) if kind == "row_condition" else Rule("", kind, query=arg.strip())
 
 
 def _description(value: Any, path: str, problems: Problems) -> str | None:
@@ -284,6 +392,7 @@ def _source(name: str, raw: Any, kafka: KafkaSettings, problems: Problems) -> So
         replica_identity=_choice(values, "replica_identity", REPLICA_IDENTITIES, "default", path, problems),
         foreign_keys=tuple(foreign_keys),
         description=_description(values.get("description"), _join(path, "description"), problems),
+        rules=_rules(values.get("expectations"), _join(path, "expectations"), tuple(c.name for c in columns), problems),
     )
 
 
@@ -311,7 +420,7 @@ def _view(name: str, raw: Any, sources: dict[str, Source], problems: Problems) -
     values = _mapping(raw, path, problems)
     if not values:
         return None
-    _unknown_keys(values, ("base", "joins", "columns", "description"), path, problems)
+    _unknown_keys(values, ("base", "joins", "columns", "description", "expectations"), path, problems)
     base = _identifier(values.get("base"), _join(path, "base"), problems, "base source")
     if base is None:
         return None
@@ -358,7 +467,11 @@ def _view(name: str, raw: Any, sources: dict[str, Source], problems: Problems) -
     for pk_col in sources[base].primary_key:
         if not any(c.alias == base and c.column == pk_col for c in columns):
             problems.add(_join(path, "columns"), f"must select the base table's primary key column {base}.{pk_col} (gold rows are keyed by it)")
-    return View(name=name, base=base, joins=tuple(joins), columns=tuple(columns), description=_description(values.get("description"), _join(path, "description"), problems))
+    return View(
+        name=name, base=base, joins=tuple(joins), columns=tuple(columns),
+        description=_description(values.get("description"), _join(path, "description"), problems),
+        rules=_rules(values.get("expectations"), _join(path, "expectations"), tuple(c.name for c in columns), problems),
+    )
 
 
 def _view_join(path: str, raw: Any, alias_tables: dict[str, str], sources: dict[str, Source], problems: Problems) -> Join | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Mapping
+from typing import Any, Iterator, Mapping
 
 from lakehouse.errors import UnknownNameError
 from lakehouse.ordering import RULES
@@ -48,6 +48,30 @@ class ForeignKey:
     references: str
 
 
+#: The kinds of rule a pipeline file may declare on a source or a view (`expectations:`).
+RULE_KINDS = ("not_null", "unique", "accepted_values", "range", "regex", "row_condition", "row_count", "sql")
+#: What a failed rule does: `warn` is reported, `fail` fails the quality run.
+RULE_SEVERITIES = ("warn", "fail")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A user-declared expectation on a source's live silver rows or a view's gold rows
+    (`lakehouse.quality.rules` turns it into a great-expectations expectation)."""
+
+    name: str
+    kind: str  # one of RULE_KINDS
+    severity: str = "fail"
+    columns: tuple[str, ...] = ()  # not_null, accepted_values, range, regex: one; unique: one or more
+    values: tuple[Any, ...] = ()  # accepted_values
+    minimum: float | None = None  # range, row_count
+    maximum: float | None = None
+    pattern: str | None = None  # regex
+    condition: str | None = None  # row_condition: Spark SQL every row must satisfy
+    query: str | None = None  # sql: offending rows; {table} is this table, other tables by name
+    description: str | None = None
+
+
 @dataclass(frozen=True)
 class Source:
     """One captured table: its topic, primary key, columns and how its changes are ordered."""
@@ -61,6 +85,7 @@ class Source:
     replica_identity: str = "default"
     foreign_keys: tuple[ForeignKey, ...] = ()
     description: str | None = None
+    rules: tuple[Rule, ...] = ()
 
     @property
     def column_names(self) -> tuple[str, ...]:
@@ -131,6 +156,7 @@ class View:
     joins: tuple[Join, ...]
     columns: tuple[ViewColumn, ...]
     description: str | None = None
+    rules: tuple[Rule, ...] = ()
 
     def table_of(self, alias: str) -> str:
         if alias == self.base:

@@ -27,6 +27,7 @@ from great_expectations.expectations.row_conditions import Column as Col
 from great_expectations.expectations.row_conditions import Condition
 
 from lakehouse.declaration import Pipeline, Source, View
+from lakehouse.quality.rules import rule_expectations
 from lakehouse.sqltext import quote, quote_qualified
 from lakehouse.tables import (
     bronze_table,
@@ -212,6 +213,7 @@ def silver_current_suite(pipeline: Pipeline, source: Source) -> TableSuite:
             description="live rows carry their row hash",
         ),
     ]
+    expectations += rule_expectations(source.rules, live_only=True)  # the pipeline file's own rules
     suite = gx.ExpectationSuite(name=_suite_name(pipeline, "silver", source.name), expectations=expectations)
     return TableSuite(layer="silver", name=f"silver.{source.name}", table=table, suite=suite)
 
@@ -299,6 +301,7 @@ def gold_suite(pipeline: Pipeline, view: View) -> TableSuite:
             f"no gold row is built from a {view.base} version other than silver's current one",
         )
     )
+    expectations += rule_expectations(view.rules, live_only=False)  # the pipeline file's own rules
     suite = gx.ExpectationSuite(name=_suite_name(pipeline, "gold", view.name), expectations=expectations)
     return TableSuite(layer="gold", name=f"gold.{view.name}", table=table, suite=suite)
 

@@ -452,3 +452,45 @@ def test_a_results_table_of_an_earlier_version_gains_the_new_columns(spark, clea
     rows = {r.run_id: r for r in spark.table(table).collect()}
     assert rows["old"].check_name is None and rows["old"].pipeline is None
     assert {r.check_name for r in spark.table(table).where(f"run_id = '{report.run_id}'").collect()} == {o.check for o in report.outcomes}
+
+
+def test_rules_declared_in_the_pipeline_file_run_beside_the_derived_suites(spark, clean, lake):
+    """`expectations:` of a source (its live silver rows: the deleted customer 4 counts for no
+    rule) and of a view (its gold rows), each kind once; `warn` is reported, `fail` fails the run."""
+    text = """
+customers:
+  - {name: segment_known, accepted_values: {column: segment, values: [gold, basic]}}
+  - {name: email_shape, regex: {column: email, pattern: '^[a-z]+@x$'}}
+  - {name: vip_only, accepted_values: {column: segment, values: [vip]}, severity: warn, description: only VIPs (to be seen failing)}
+  - {name: ids_positive, row_condition: "id > 0"}
+  - {name: two_customers, row_count: {min: 2, max: 2}}
+  - {name: name_unique, unique: [name]}
+  - {name: email_set, not_null: email}
+orders_enriched:
+  - {name: customer_named, not_null: customer_name}
+  - {name: totals_in_range, range: {column: total, min: 0, max: 10}}
+  - {name: orders_join_customers, severity: warn, sql: "SELECT g.* FROM {table} g LEFT ANTI JOIN %s c ON g.customer_id = c.id AND NOT c._deleted"}
+""" % silver_current_table(clean, clean.source("customers"))
+    import yaml
+
+    from lakehouse.declaration.loader import _rules
+    from lakehouse.declaration.located import Located, Problems
+
+    raw = yaml.safe_load(text)
+    problems = Problems("rules.yml", Located("{}", "rules.yml"))
+    customers = dataclasses.replace(clean.source("customers"), rules=_rules(raw["customers"], "x", clean.source("customers").column_names, problems))
+    view = clean.views["orders_enriched"]
+    view = dataclasses.replace(view, rules=_rules(raw["orders_enriched"], "y", tuple(c.name for c in view.columns), problems))
+    problems.raise_if_any()
+    ruled = dataclasses.replace(clean, sources={**clean.sources, "customers": customers}, views={**clean.views, "orders_enriched": view})
+
+    report = run_quality(spark, ruled, lake, tables=["silver.customers", "gold.orders_enriched"])
+    declared = {o.check: o for o in report.outcomes if o.check.startswith("rule:")}
+    assert len(declared) == 10
+    failed = {(o.check, o.severity, o.unexpected_count) for o in declared.values() if not o.success}
+    assert failed == {("rule:vip_only", "warning", 2), ("rule:customer_named", "error", 1), ("rule:orders_join_customers", "warning", 1)}
+    assert not report.ok and [o.check for o in report.errors] == ["rule:customer_named"]
+    assert declared["rule:vip_only"].description == "only VIPs (to be seen failing)"
+    assert declared["rule:email_set"].description == "email is set"
+    stored = spark.table(quality_results_table(ruled)).where(f"run_id = '{report.run_id}' AND check_name LIKE 'rule:%'").count()
+    assert stored == 10
