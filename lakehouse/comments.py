@@ -48,7 +48,8 @@ def gold_comments(pipeline: Pipeline, view: View, lineage: dict[str, tuple[str, 
     for col in view.columns:
         source = pipeline.source(view.table_of(col.alias))
         declared = source.column(col.column).description
-        columns[col.name] = col.description or declared or f"{col.alias}.{col.column} ({source.name}.{col.column})"
+        where = f"{col.alias}.{col.column}" + (f" ({source.name}.{col.column})" if col.alias != source.name else "")
+        columns[col.name] = col.description or declared or where
     for alias, (hash_column, seq_column) in lineage.items():
         columns[hash_column] = f"lineage: hash of the {alias} version this row was built from"
         columns[seq_column] = f"lineage: _sequence of the {alias} version this row was built from"

@@ -47,6 +47,8 @@ _GX_TEMP_VIEW = "tmp_view"
 # BASIC counts without the sample of unexpected values: the samples cost one Spark job per
 # expectation and the results table stores counts only.
 RESULT_FORMAT: dict[str, Any] = {"result_format": "BASIC", "partial_unexpected_count": 0}
+log = logging.getLogger("lakehouse.quality")
+
 _OBSERVED_MAX = 500  # characters of an observed value or error message kept in the results table
 
 RESULTS_SCHEMA = StructType(
@@ -144,6 +146,7 @@ class QualityReport:
     results_table: str
     tables: tuple[TableOutcome, ...] = field(default_factory=tuple)
     seconds: float = 0.0
+    data_docs: str | None = None  # GX Data Docs of this run (index.html), when built
 
     @property
     def outcomes(self) -> tuple[ExpectationOutcome, ...]:
@@ -214,6 +217,8 @@ class QualityReport:
             f"  {r[0]:<{widths[0]}}  {r[1]:>{widths[1]}}  {r[2]:>{widths[2]}}  {r[3]}".rstrip() for r in rows
         ]
         lines.append(f"  results: {self.evaluated} rows in {self.results_table} (run_id {self.run_id})")
+        if self.data_docs:
+            lines.append(f"  data docs: {self.data_docs}")
         return "\n".join(lines)
 
 
@@ -413,7 +418,8 @@ def run_quality(
     `lake` is accepted for symmetry with the other stages; tables are addressed by catalog
     name, so it is not needed here. `tables` restricts the run (see `select_suites`).
     `run_id` defaults to a fresh id; re-running with the same id replaces that run's rows
-    (a retried job task writes its results once).
+    (a retried job task writes its results once). With `lake`, GX's own Data Docs of the run
+    are built under `<lake>/quality/data_docs/<pipeline>/` (`data_docs_folder`).
     """
     quiet_gx()
     started = time.monotonic()
@@ -443,13 +449,38 @@ def run_quality(
         tables=tuple(table_outcomes),
     )
     write_results(spark, pipeline, report, replace=not fresh_id)
+    docs = build_data_docs(context, data_docs_folder(Path(lake), pipeline)) if lake is not None else None
     return QualityReport(
         run_id=report.run_id,
         run_at=report.run_at,
         results_table=report.results_table,
         tables=report.tables,
         seconds=time.monotonic() - started,
+        data_docs=str(docs) if docs else None,
     )
+
+
+def data_docs_folder(lake: Path, pipeline: Pipeline) -> Path:
+    """Where a pipeline's Data Docs site lives: under the lake (on Databricks, the state volume)."""
+    return lake / "quality" / "data_docs" / pipeline.name
+
+
+def build_data_docs(context: Any, folder: Path) -> Path | None:
+    """GX's Data Docs site for the validations this context ran (this run's suites and results);
+    its index.html, or None when GX could not build it (logged: the results table has it all)."""
+    site = {
+        "class_name": "SiteBuilder",
+        "store_backend": {"class_name": "TupleFilesystemStoreBackend", "base_directory": str(folder)},
+        "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
+    }
+    try:
+        context.add_data_docs_site(site_name="cdc_enrich", site_config=site)
+        context.build_data_docs(site_names=["cdc_enrich"])
+    except Exception:  # noqa: BLE001 - docs are a view of results already stored
+        log.warning("quality: GX Data Docs could not be built in %s", folder, exc_info=True)
+        return None
+    index = folder / "index.html"
+    return index if index.exists() else None
 
 
 _MISSING_TABLE_CONDITIONS = ("TABLE_OR_VIEW_NOT_FOUND", "SCHEMA_NOT_FOUND")

@@ -248,7 +248,8 @@ def test_gold_change_feed_carries_only_real_changes(spark, lake: Path, shop_pipe
     comments = {c.name: c.description for c in spark.catalog.listColumns(table)}
     assert comments["customer_segment"] == "The customer's current marketing segment"  # the view column's own
     assert comments["total"] == "Order total in the shop's currency, tax included"  # the source column's
-    assert comments["order_id"] == "orders.id (orders.id)" and comments["_customer_hash"].startswith("lineage:")
+    assert comments["order_id"] == "orders.id" and comments["customer_name"] == "customer.name (customers.name)"
+    assert comments["_customer_hash"].startswith("lineage:")
     assert spark.catalog.getTable(table).description.startswith("Orders with the customer who placed them")
 
 

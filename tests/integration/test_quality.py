@@ -301,6 +301,12 @@ def test_clean_set_passes_and_every_result_lands_in_the_results_table(spark, cle
     assert (live_hash[0].element_count, live_hash[0].unexpected_count) == (2, 0)  # the deleted key is not counted
     stale = [r for r in by_table[gold_table(clean, "orders_enriched")] if "base_not_stale" in r.expectation][0]
     assert (stale.unexpected_count, stale.element_count, stale.observed_value) == (0, 3, "0")
+    # GX's own Data Docs of the run, under the lake: an index and one validation page per table
+    index = Path(report.data_docs)
+    assert index.name == "index.html" and f"data docs: {index}" in report.render()
+    pages = sorted(index.parent.glob("validations/**/*.html"))
+    assert len(pages) >= len(report.validated)
+    assert f"{clean.name}.gold.orders_enriched" in index.read_text()
     # what a dashboard groups and labels by: the pipeline, the stable check name, what it means
     assert {r.pipeline for r in rows} == {clean.name}
     assert {r.check_name for r in rows} == {o.check for o in report.outcomes}
