@@ -68,11 +68,13 @@ def option_problems(key: str, value: str) -> list[str]:
     if key in MANAGED_KEYS:
         where = "kafka.bootstrap_servers" if key == "bootstrap.servers" else "the service"
         return [f"{key} is set by {where}, not by kafka.options"]
-    problems = [f"unknown reference ${{{kind}:...}}: expected ${{env:NAME}} or ${{secret:scope/key}}" for kind, _ in REFERENCE.findall(value) if kind not in ("env", "secret")]
+    problems = []
     for kind, name in REFERENCE.findall(value):
-        if kind == "env" and not ENV_NAME.match(name):
+        if kind not in ("env", "secret"):
+            problems.append(f"unknown reference ${{{kind}:...}}: expected ${{env:NAME}} or ${{secret:scope/key}}")
+        elif kind == "env" and not ENV_NAME.match(name):
             problems.append("an ${env:NAME} reference needs a variable name (letters, digits, _)")
-        if kind == "secret" and not SECRET_NAME.match(name):
+        elif kind == "secret" and not SECRET_NAME.match(name):
             problems.append("a ${secret:scope/key} reference needs a scope and a key")
     if "${" in REFERENCE.sub("", value):
         problems.append("an unterminated ${...} reference")

@@ -289,13 +289,13 @@ def _rule(kind: str, arg: Any, where: str, columns: tuple[str, ...], problems: P
             return Rule("", kind, columns=(col,), values=tuple(values)) if col else None
         if kind == "regex":
             pattern = spec.get("pattern")
-            try:
-                re.compile(pattern) if isinstance(pattern, str) else None
-            except re.error as exc:
-                problems.add(_join(where, "pattern"), f"not a valid regular expression: {exc}")
-                return None
             if not isinstance(pattern, str) or not pattern:
                 problems.add(_join(where, "pattern"), f"expected a regular expression, got {_kind(pattern)}")
+                return None
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                problems.add(_join(where, "pattern"), f"not a valid regular expression: {exc}")
                 return None
             return Rule("", kind, columns=(col,), pattern=pattern) if col else None
         low, high = number(spec.get("min"), _join(where, "min")), number(spec.get("max"), _join(where, "max"))
@@ -316,6 +316,15 @@ def _rule(kind: str, arg: Any, where: str, columns: tuple[str, ...], problems: P
         problems.add(where, "the query must read this table as {table} (and may join others by name)")
         return None
     return Rule("", kind, condition=arg.strip()) if kind == "row_condition" else Rule("", kind, query=arg.strip())
+
+
+def _long_form(value: Any, key: str, path: str, problems: Problems) -> tuple[Any, str | None]:
+    """A column's value and description: the short form is the value alone, the long form
+    `{<key>: value, description: ...}` (a source column's type, a view column's `from`)."""
+    if not isinstance(value, dict):
+        return value, None
+    _unknown_keys(value, (key, "description"), path, problems)
+    return value.get(key), _description(value.get("description"), f"{path}.description", problems)
 
 
 def _description(value: Any, path: str, problems: Problems) -> str | None:
@@ -343,11 +352,7 @@ def _source(name: str, raw: Any, kafka: KafkaSettings, problems: Problems) -> So
         for col_name, col_type in raw_columns.items():
             col_path = f"{path}.columns.{col_name}"
             ident = _identifier(col_name, col_path, problems, "column name")
-            description = None
-            if isinstance(col_type, dict):  # long form: {type: ..., description: ...}
-                _unknown_keys(col_type, ("type", "description"), col_path, problems)
-                description = _description(col_type.get("description"), f"{col_path}.description", problems)
-                col_type = col_type.get("type")
+            col_type, description = _long_form(col_type, "type", col_path, problems)
             typ = _column_type(col_type, col_path, problems)
             if ident:
                 declared.add(ident)
@@ -449,11 +454,7 @@ def _view(name: str, raw: Any, sources: dict[str, Source], problems: Problems) -
             col_path = f"{path}.columns.{out_name}"
             if not _identifier(out_name, col_path, problems, "output column"):
                 continue
-            description = None
-            if isinstance(ref, dict):  # long form: {from: alias.column, description: ...}
-                _unknown_keys(ref, ("from", "description"), col_path, problems)
-                description = _description(ref.get("description"), f"{col_path}.description", problems)
-                ref = ref.get("from")
+            ref, description = _long_form(ref, "from", col_path, problems)
             if not isinstance(ref, str) or ref.count(".") != 1:
                 problems.add(col_path, f"expected alias.column (e.g. {base}.{sources[base].primary_key[0] if sources[base].primary_key else 'id'}), got {_kind(ref)}")
                 continue

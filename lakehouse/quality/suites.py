@@ -119,6 +119,12 @@ def _unexpected_rows(query: str, check: str, description: str) -> gx.expectation
     )
 
 
+def _informational_suite(pipeline: Pipeline, layer: str, table: str, check: str, description: str) -> TableSuite:
+    """A table whose row count is only reported (a warning when it is not 0)."""
+    suite = gx.ExpectationSuite(name=_suite_name(pipeline, layer, _short(table)), expectations=[_row_count_is_zero(check, description)])
+    return TableSuite(layer=layer, name=f"{layer}.{_short(table)}", table=table, suite=suite)
+
+
 def sql_name(qualified: str) -> str:
     """`a.b.c` -> `` `a`.`b`.`c` ``: a table name safe inside Spark SQL whatever its spelling."""
     return quote_qualified(*qualified.split("."))
@@ -178,12 +184,7 @@ def quarantine_suite(pipeline: Pipeline) -> TableSuite:
     Quarantined records are kept on purpose ("nothing dropped silently"), so a non-empty
     quarantine is something to look at, not a failed run.
     """
-    table = quarantine_table(pipeline)
-    suite = gx.ExpectationSuite(
-        name=_suite_name(pipeline, "bronze", _short(table)),
-        expectations=[_row_count_is_zero("quarantined_records", "records quarantined (informational)")],
-    )
-    return TableSuite(layer="bronze", name=f"bronze.{_short(table)}", table=table, suite=suite)
+    return _informational_suite(pipeline, "bronze", quarantine_table(pipeline), "quarantined_records", "records quarantined (informational)")
 
 
 # --------------------------------------------------------------------------- silver
@@ -220,12 +221,7 @@ def silver_current_suite(pipeline: Pipeline, source: Source) -> TableSuite:
 
 def late_changes_suite(pipeline: Pipeline) -> TableSuite:
     """silver._late_changes: informational count of changes that arrived beyond the grace."""
-    table = late_changes_table(pipeline)
-    suite = gx.ExpectationSuite(
-        name=_suite_name(pipeline, "silver", _short(table)),
-        expectations=[_row_count_is_zero("late_changes", "changes later than the grace period (informational)")],
-    )
-    return TableSuite(layer="silver", name=f"silver.{_short(table)}", table=table, suite=suite)
+    return _informational_suite(pipeline, "silver", late_changes_table(pipeline), "late_changes", "changes later than the grace period (informational)")
 
 
 # --------------------------------------------------------------------------- gold

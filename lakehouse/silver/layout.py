@@ -100,15 +100,16 @@ def ensure_silver_tables(spark: SparkSession, pipeline: Pipeline, source: Source
     dv = "true" if deletion_vectors else "false"
     current_comment, current_columns = silver_comments(source, history=False)
     history_comment, history_columns = silver_comments(source, history=True)
-    _create(spark, silver_current_table(pipeline, source), commented(silver_current_schema(source), current_columns),
-            {"delta.enableChangeDataFeed": "true", "delta.enableDeletionVectors": dv}, current_comment)
-    _create(spark, silver_history_table(pipeline, source), commented(silver_history_schema(source), history_columns),
-            {"delta.enableDeletionVectors": dv}, history_comment)
+    for name, layout, props, comment, columns in (
+        (silver_current_table(pipeline, source), silver_current_schema(source),
+         {"delta.enableChangeDataFeed": "true", "delta.enableDeletionVectors": dv}, current_comment, current_columns),
+        (silver_history_table(pipeline, source), silver_history_schema(source), {"delta.enableDeletionVectors": dv}, history_comment, history_columns),
+    ):
+        if not _create(spark, name, commented(layout, columns), props, comment):
+            apply_comments(spark, name, comment, columns)  # an existing table: only what changed
     _create(spark, toast_table(pipeline, source), toast_schema(source), {})
     _create(spark, truncates_table(pipeline), truncates_schema(), {})
     _create(spark, late_changes_table(pipeline), late_changes_schema(), {})
-    apply_comments(spark, silver_current_table(pipeline, source), current_comment, current_columns)  # an existing table: what changed
-    apply_comments(spark, silver_history_table(pipeline, source), history_comment, history_columns)
     columns = ", ".join(f"`{c}`" for c in source.column_names)
     spark.sql(
         f"CREATE OR REPLACE VIEW {live_view(pipeline, source)} AS "
@@ -116,9 +117,9 @@ def ensure_silver_tables(spark: SparkSession, pipeline: Pipeline, source: Source
     )
 
 
-def _create(spark: SparkSession, name: str, schema: StructType, properties: dict[str, str], comment: str | None = None) -> None:
-    """Create the table, or add the columns a source gained since (a column added upstream;
-    bronze adds it too). Existing rows read null for it. A changed type is an error."""
+def _create(spark: SparkSession, name: str, schema: StructType, properties: dict[str, str], comment: str | None = None) -> bool:
+    """Create the table (True), or add the columns a source gained since (a column added upstream;
+    bronze adds it too; False). Existing rows read null for it. A changed type is an error."""
     if not spark.catalog.tableExists(name):
         builder = DeltaTable.createIfNotExists(spark).tableName(name).addColumns(schema)
         for k, v in properties.items():
@@ -126,7 +127,7 @@ def _create(spark: SparkSession, name: str, schema: StructType, properties: dict
         if comment:
             builder = builder.comment(comment)
         builder.execute()
-        return
+        return True
     existing = {f.name: f.dataType for f in spark.table(name).schema.fields}
     conflicts = [f"{f.name}: {existing[f.name].simpleString()} -> {f.dataType.simpleString()}"
                  for f in schema.fields if f.name in existing and existing[f.name] != f.dataType]
@@ -139,6 +140,7 @@ def _create(spark: SparkSession, name: str, schema: StructType, properties: dict
     if missing:
         columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in missing)
         spark.sql(f"ALTER TABLE {name} ADD COLUMNS ({columns})")
+    return False
 
 
 def read_truncates(spark: SparkSession, pipeline: Pipeline, source: Source) -> list[Truncate]:
