@@ -13,7 +13,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.types import StructField, StructType
 
 from lakehouse.declaration import Pipeline, Source, View
-from lakehouse.sqltext import quote
+from lakehouse.sqltext import quote, string_literal
 
 #: The service's own silver columns (current and history).
 SILVER_COLUMNS = {
@@ -29,6 +29,11 @@ SILVER_COLUMNS = {
     "_recorded_at": "when the service recorded this version",
 }
 ROW_HASH_GOLD = "hash of the row's selected columns (a rebuild that hashes the same rewrites nothing)"
+#: Gold's freshness columns (also shown by the analyst views).
+GOLD_FRESHNESS = {
+    "_source_ts": "latest source commit time among the row versions this row was built from (what it reflects)",
+    "_updated_at": "when the service last wrote this row (a rebuild with the same content does not rewrite it)",
+}
 
 
 def silver_comments(source: Source, history: bool) -> tuple[str, dict[str, str]]:
@@ -54,7 +59,7 @@ def gold_comments(pipeline: Pipeline, view: View, lineage: dict[str, tuple[str, 
         columns[hash_column] = f"lineage: hash of the {alias} version this row was built from"
         columns[seq_column] = f"lineage: _sequence of the {alias} version this row was built from"
     columns["_row_hash"] = ROW_HASH_GOLD
-    return table, columns
+    return table, columns | GOLD_FRESHNESS
 
 
 def commented(schema: StructType, columns: dict[str, str]) -> StructType:
@@ -66,19 +71,15 @@ def commented(schema: StructType, columns: dict[str, str]) -> StructType:
     ])
 
 
-def _literal(text: str) -> str:
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
 def apply_comments(spark: SparkSession, table: str, comment: str, columns: dict[str, str]) -> int:
     """Set the table's and its columns' comments where they differ; how many statements ran."""
     ran = 0
     if (spark.catalog.getTable(table).description or "") != comment:
-        spark.sql(f"COMMENT ON TABLE {table} IS {_literal(comment)}")
+        spark.sql(f"COMMENT ON TABLE {table} IS {string_literal(comment)}")
         ran += 1
     existing = {c.name: c.description or "" for c in spark.catalog.listColumns(table)}
     for column, text in columns.items():
         if column in existing and existing[column] != text:
-            spark.sql(f"ALTER TABLE {table} ALTER COLUMN {quote(column)} COMMENT {_literal(text)}")
+            spark.sql(f"ALTER TABLE {table} ALTER COLUMN {quote(column)} COMMENT {string_literal(text)}")
             ran += 1
     return ran

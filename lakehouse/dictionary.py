@@ -5,7 +5,7 @@ the descriptions of the pipeline file (`cdc-enrich docs`). Built from the declar
 
 from __future__ import annotations
 
-from lakehouse.comments import ROW_HASH_GOLD, SILVER_COLUMNS
+from lakehouse.comments import GOLD_FRESHNESS, ROW_HASH_GOLD, SILVER_COLUMNS
 from lakehouse.declaration import Pipeline, Source, View
 from lakehouse.metrics import metrics_table
 from lakehouse.quality.suites import build_suites
@@ -58,8 +58,11 @@ def _view(pipeline: Pipeline, view: View) -> list[str]:
     lines = [f"### View `{view.name}`", ""]
     if view.description:
         lines += [view.description, ""]
-    keys = [c.name for c in view.columns if c.alias == view.base and c.column in pipeline.source(view.base).primary_key]
-    lines += [f"- Gold table `{gold_table(pipeline, view.name)}`, one row per `{view.base}` row; key ({', '.join(keys)})."]
+    keys = view.key_columns(pipeline.source(view.base))
+    lines += [
+        f"- Analyst view `{pipeline.tables.qualified('analyst', view.name)}`: the columns below plus `_source_ts` and `_updated_at`.",
+        f"- Gold table `{gold_table(pipeline, view.name)}`, one row per `{view.base}` row; key ({', '.join(keys)}).",
+    ]
     for join in view.joins:
         on = f"foreign key `{join.parent_alias}.{join.foreign_key}`" if join.foreign_key else f"the primary key of `{join.parent_alias}`"
         lines.append(f"- {join.type} join `{join.table}` as `{join.alias}` on {on}.")
@@ -69,7 +72,12 @@ def _view(pipeline: Pipeline, view: View) -> list[str]:
         column = source.column(col.column)
         rows.append((f"`{col.name}`", f"{col.alias}.{col.column}", column.type, col.description or column.description or ""))
     lines += [""] + _table(("column", "from", "type", "description"), rows)
-    lines += ["", f"Lineage columns, per alias: `_<alias>_hash`, `_<alias>_seq` (the version a row was built from); `_row_hash`: {ROW_HASH_GOLD}.", ""]
+    lines += [
+        "",
+        f"Lineage columns (gold table only), per alias: `_<alias>_hash`, `_<alias>_seq` (the version a row was built from); "
+        f"`_row_hash`: {ROW_HASH_GOLD}. Freshness: " + "; ".join(f"`{c}`: {t}" for c, t in GOLD_FRESHNESS.items()) + ".",
+        "",
+    ]
     return lines
 
 

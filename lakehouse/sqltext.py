@@ -39,6 +39,11 @@ def quote(name: str, dialect: Dialect = SPARK) -> str:
     return q + name.replace(q, q + q) + q
 
 
+def string_literal(text: str) -> str:
+    """A Spark SQL string literal holding `text` exactly (backslashes and quotes escaped)."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
 def quote_qualified(*names: str, dialect: Dialect = SPARK) -> str:
     """`a`, `b`, `c` -> `` `a`.`b`.`c` ``: each part of a qualified name quoted."""
     return ".".join(quote(n, dialect) for n in names)

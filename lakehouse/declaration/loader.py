@@ -164,7 +164,7 @@ def _kafka_options(raw: Any, path: str, problems: Problems) -> tuple[tuple[str, 
 def _tables(raw: Any, problems: Problems, pipeline_name: str) -> TableNames:
     path = "tables"
     values = _mapping(raw, path, problems, required=False)
-    _unknown_keys(values, ("catalog", "bronze_schema", "silver_schema", "gold_schema", "quality_schema"), path, problems)
+    _unknown_keys(values, ("catalog", "bronze_schema", "silver_schema", "gold_schema", "analyst_schema", "quality_schema"), path, problems)
     catalog = values.get("catalog")
     if catalog is not None:
         catalog = _identifier(catalog, _join(path, "catalog"), problems, "catalog")
@@ -172,7 +172,12 @@ def _tables(raw: Any, problems: Problems, pipeline_name: str) -> TableNames:
     for layer in ("bronze", "silver", "gold", "quality"):
         key = f"{layer}_schema"
         names[key] = _identifier(values.get(key, f"{pipeline_name}_{layer}"), _join(path, key), problems, "schema") or layer
-    return TableNames(catalog=catalog, **names)
+    analyst = values.get("analyst_schema")
+    if analyst is not None:
+        analyst = _identifier(analyst, _join(path, "analyst_schema"), problems, "schema")
+        if analyst in names.values():
+            problems.add(_join(path, "analyst_schema"), f"the analyst views need a schema of their own, not {analyst!r} (another layer's)")
+    return TableNames(catalog=catalog, analyst_schema=analyst, **names)
 
 
 def _options(raw: Any, problems: Problems) -> Options:

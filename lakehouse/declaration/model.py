@@ -215,13 +215,20 @@ class TableNames:
     silver_schema: str
     gold_schema: str
     quality_schema: str
+    analyst_schema: str | None = None  # None: <gold_schema>_analyst (see `analyst`)
+
+    @property
+    def analyst(self) -> str:
+        """The schema of the analyst views over gold (declared columns and freshness, no lineage)."""
+        return self.analyst_schema or f"{self.gold_schema}_analyst"
 
     def qualified(self, layer: str, table: str) -> str:
-        """`[catalog.]<layer schema>.<table>` for layer bronze, silver, gold or quality."""
+        """`[catalog.]<layer schema>.<table>` for layer bronze, silver, gold, analyst or quality."""
         schema = {
             "bronze": self.bronze_schema,
             "silver": self.silver_schema,
             "gold": self.gold_schema,
+            "analyst": self.analyst,
             "quality": self.quality_schema,
         }[layer]
         return ".".join(p for p in (self.catalog, schema, table) if p)
@@ -229,7 +236,7 @@ class TableNames:
     def schemas(self) -> tuple[str, ...]:
         prefix = f"{self.catalog}." if self.catalog else ""
         return tuple(
-            prefix + s for s in (self.bronze_schema, self.silver_schema, self.gold_schema, self.quality_schema)
+            prefix + s for s in (self.bronze_schema, self.silver_schema, self.gold_schema, self.analyst, self.quality_schema)
         )
 
 

@@ -15,12 +15,13 @@ from lakehouse.errors import TableLayoutError
 from lakehouse.gold.frames import HASH_LENGTH
 from lakehouse.gold.layout import KeyRange, clustered, range_predicate
 from lakehouse.gold.plan import (
+    FRESHNESS_COLUMNS,
     ROW_HASH,
     ViewPlan,
     subscription_columns,
     subscription_schema,
 )
-from lakehouse.sqltext import quote
+from lakehouse.sqltext import quote, string_literal
 from lakehouse.tables import (
     delta_txn,
     is_commit_conflict,
@@ -78,6 +79,10 @@ def ensure_gold_table(spark: SparkSession, pipeline: Pipeline, plan: ViewPlan) -
     comment, columns = gold_comments(pipeline, plan.view, lineage)
     if spark.catalog.tableExists(name):
         have = [f.name for f in spark.table(name).schema.fields]
+        if have == list(plan.gold_columns[: -len(FRESHNESS_COLUMNS)]):  # made before gold had them
+            added = ", ".join(f"{quote(c)} TIMESTAMP COMMENT {string_literal(columns[c])}" for c in FRESHNESS_COLUMNS)
+            spark.sql(f"ALTER TABLE {name} ADD COLUMNS ({added})")
+            have = list(plan.gold_columns)
         if have != list(plan.gold_columns):
             raise TableLayoutError(
                 f"{name} has columns {have} but view {plan.view.name!r} now declares {list(plan.gold_columns)}; "

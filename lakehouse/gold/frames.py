@@ -13,6 +13,8 @@ from lakehouse.gold.layout import key_ranges_of, range_predicate
 from lakehouse.gold.plan import (
     JOIN_TYPES,
     ROW_HASH,
+    SOURCE_TS,
+    UPDATED_AT,
     AliasPlan,
     ViewPlan,
     subscription_columns,
@@ -174,6 +176,7 @@ def _alias_frame(alias: AliasPlan, live: DataFrame) -> DataFrame:
         *[F.col(c).alias(alias.col(c)) for c in alias.used],
         content_hash([F.col(c) for c in alias.used]).alias(alias.hash_col),
         F.col("_sequence").alias(alias.seq_col),
+        F.col("_source_ts").alias(alias.ts_col),
     )
 
 
@@ -185,7 +188,7 @@ def join_view(
 ) -> DataFrame:
     """The view's rows (gold columns) from live source rows, optionally for some base keys only.
 
-    `live[source]` holds the source's columns, `_sequence` (and anything else, ignored);
+    `live[source]` holds the source's columns, `_sequence`, `_source_ts` (and anything else, ignored);
     `base_keys` holds base primary key columns. The join is left-deep in declared order, as the
     SQL oracle writes it: inner/left foreign-key joins, inner/left/outer primary-key joins (an
     outer join's key is the coalesce of both sides, as in a KTable-KTable outer join).
@@ -229,8 +232,13 @@ def join_view(
     lineage: list[Column] = []
     for alias in plan.aliases:
         lineage += [F.col(alias.hash_col).alias(alias.gold_hash), F.col(alias.seq_col).alias(alias.gold_seq)]
-    return joined.select(*outputs, *lineage).withColumn(
-        ROW_HASH, content_hash([F.col(c) for c in plan.output_columns])
+    times = [F.col(a.ts_col) for a in plan.aliases]
+    return joined.select(*outputs, *lineage, *times).select(
+        *plan.output_columns,
+        *plan.lineage_columns,
+        content_hash([F.col(c) for c in plan.output_columns]).alias(ROW_HASH),
+        (F.greatest(*times) if len(times) > 1 else times[0]).alias(SOURCE_TS),  # greatest skips nulls
+        F.current_timestamp().alias(UPDATED_AT),
     )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pyspark.sql.types import StringType, StructField, StructType
+from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 
 from lakehouse.declaration import ForeignKey, Join, Pipeline, Source, View
 from lakehouse.errors import PipelineConfigError, UnknownNameError
@@ -24,6 +24,11 @@ BROADCAST_ROW_LIMIT = 200_000
 #: more are reduced to ranges in Spark.
 KEY_COLLECT_LIMIT = 200_000
 ROW_HASH = "_row_hash"
+#: Freshness columns every gold row carries after its lineage: the latest source commit time among
+#: the versions it was built from, and when the service wrote it (the analyst view shows both).
+SOURCE_TS = "_source_ts"
+UPDATED_AT = "_updated_at"
+FRESHNESS_COLUMNS = (SOURCE_TS, UPDATED_AT)
 JOIN_TYPES = {"inner": "inner", "left": "left", "outer": "full"}
 
 
@@ -52,6 +57,10 @@ class AliasPlan:
     @property
     def seq_col(self) -> str:
         return f"_a{self.index}__seq"
+
+    @property
+    def ts_col(self) -> str:
+        return f"_a{self.index}__ts"
 
     @property
     def gold_hash(self) -> str:
@@ -92,7 +101,7 @@ class ViewPlan:
 
     @property
     def gold_columns(self) -> tuple[str, ...]:
-        return self.output_columns + self.lineage_columns + (ROW_HASH,)
+        return self.output_columns + self.lineage_columns + (ROW_HASH,) + FRESHNESS_COLUMNS
 
     def gold_schema(self) -> StructType:
         fields = [
@@ -103,6 +112,7 @@ class ViewPlan:
             fields.append(StructField(a.gold_hash, StringType(), True))
             fields.append(StructField(a.gold_seq, SEQUENCE_TYPE, True))
         fields.append(StructField(ROW_HASH, StringType(), True))
+        fields += [StructField(c, TimestampType(), True) for c in FRESHNESS_COLUMNS]
         return StructType(fields)
 
     @property
@@ -137,7 +147,7 @@ def view_plan(pipeline: Pipeline, view: View | str) -> ViewPlan:
         if all(s.name != a.source.name for s in sources):
             sources.append(a.source)
     plan = ViewPlan(view, tuple(aliases), view.key_columns(aliases[0].source), tuple(relations), tuple(sources))
-    clash = set(plan.output_columns) & (set(plan.lineage_columns) | {ROW_HASH, "_present", "_guard_seq"})
+    clash = set(plan.output_columns) & (set(plan.lineage_columns) | {ROW_HASH, *FRESHNESS_COLUMNS, "_present", "_guard_seq"})
     if clash:
         raise PipelineConfigError(f"view {view.name!r}: output column(s) {sorted(clash)} clash with gold's metadata columns; rename them")
     return plan

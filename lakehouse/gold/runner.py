@@ -13,6 +13,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
 from lakehouse.declaration import Pipeline, Source
+from lakehouse.gold.analyst import ensure_analyst_view
 from lakehouse.gold.cost import RefreshDecision, RefreshEstimate, choose_refresh, forced_refresh
 from lakehouse.gold.delta import (
     fill_subscriptions,
@@ -456,12 +457,13 @@ def _missing_silver(spark: SparkSession, pipeline: Pipeline, plan: ViewPlan) -> 
 
 
 def prepare_view(spark: SparkSession, pipeline: Pipeline, plan: ViewPlan) -> None:
-    """Create the view's subscription tables and gold table when missing."""
+    """Create the view's subscription tables and gold table when missing, and its analyst view."""
     for schema in (pipeline.tables.qualified("silver", "x"), pipeline.tables.qualified("gold", "x")):
         spark.sql(f"CREATE SCHEMA IF NOT EXISTS {schema.rsplit('.', 1)[0]}")
     for left, fk in plan.relations:
         ensure_subscription_table(spark, pipeline, left, fk)
     ensure_gold_table(spark, pipeline, plan)
+    ensure_analyst_view(spark, pipeline, plan)
 
 
 def view_stream(

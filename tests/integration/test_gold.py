@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
+from datetime import datetime, timezone
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from pyspark.sql import DataFrame
+from pyspark.sql.types import StructType
 from pyspark.sql import functions as F
 
 from lakehouse.declaration import Pipeline, parse_pipeline
@@ -29,7 +32,8 @@ from lakehouse.gold import (
     view_plan,
 )
 from lakehouse.paths import checkpoint_dir
-from lakehouse.tables import gold_table, subscription_table
+from lakehouse.gold.analyst import analyst_view
+from lakehouse.tables import gold_table, silver_current_table, subscription_table
 from lakehouse.verify.oracle import oracle_view, silver_live_state
 from lakehouse.verify.views import diff_frames, verify_pipeline
 from testkit.reference_silver import Change, apply_silver_changes, create_silver_current
@@ -80,6 +84,11 @@ def gold_changes(spark, table: str, after: int = -1) -> list[dict]:
 
 def table_version(spark, table: str) -> int:
     return int(spark.sql(f"DESCRIBE HISTORY {table} LIMIT 1").collect()[0]["version"])
+
+
+def committed_at_sequence(live: DataFrame) -> DataFrame:
+    """Live silver rows as `join_view` reads them: a source commit time (here: _sequence seconds)."""
+    return live.withColumn("_source_ts", F.timestamp_seconds(F.col("_sequence").cast("long")))
 
 
 # --------------------------------------------------------------------------- the plan and the oracle (no Spark jobs)
@@ -162,14 +171,21 @@ views:
 def test_primary_key_joins_inner_left_outer_equal_the_sql_join(spark, kind: str, expected: list):
     pipeline = parse_pipeline(PK_JOINS.format(kind=kind))
     state = {
-        "a": spark.createDataFrame([(1, "a1", 10, Decimal(1)), (2, "a2", None, Decimal(1))], "id bigint, x string, b_id bigint, _sequence decimal(38,0)"),
-        "b": spark.createDataFrame([(10, "b1", Decimal(1))], "id bigint, y string, _sequence decimal(38,0)"),
-        "c": spark.createDataFrame([(1, "c1", Decimal(1)), (3, "c3", Decimal(1))], "id bigint, z string, _sequence decimal(38,0)"),
+        "a": spark.createDataFrame([(1, "a1", 10, Decimal(1)), (2, "a2", None, Decimal(4))], "id bigint, x string, b_id bigint, _sequence decimal(38,0)"),
+        "b": spark.createDataFrame([(10, "b1", Decimal(2))], "id bigint, y string, _sequence decimal(38,0)"),
+        "c": spark.createDataFrame([(1, "c1", Decimal(3)), (3, "c3", Decimal(5))], "id bigint, z string, _sequence decimal(38,0)"),
     }
+    state = {name: committed_at_sequence(df) for name, df in state.items()}
     plan = view_plan(pipeline, "v")
-    full = sorted(tuple(r) for r in join_view(plan, state).select(*plan.output_columns).collect())
+    rows = join_view(plan, state)
+    full = sorted(tuple(r) for r in rows.select(*plan.output_columns).collect())
     oracle = sorted(tuple(r) for r in oracle_view(spark, pipeline, "v", state).collect())
     assert full == oracle == expected
+    # a row reflects the latest source commit among the versions it was built from
+    for row in rows.collect():
+        built_from = [row[a.gold_seq] for a in plan.aliases if row[a.gold_seq] is not None]
+        assert row["_source_ts"] == datetime.fromtimestamp(int(max(built_from)), tz=timezone.utc).replace(tzinfo=None)
+        assert row["_updated_at"] is not None
     only_3 = join_view(plan, state, spark.createDataFrame([(3,)], "id bigint")).select(*plan.output_columns).collect()
     assert [tuple(r) for r in only_3] == [e for e in expected if e[0] == 3]
 
@@ -188,9 +204,9 @@ def test_a_gold_row_is_never_replaced_by_one_built_from_an_older_base_version(sp
     keys = spark.createDataFrame([(1,)], "id bigint")
 
     def built_from(status: str | None, seq: int):
-        live = spark.createDataFrame([] if status is None else [(1, 7, status, None, None, Decimal(seq))], orders)
+        live = committed_at_sequence(spark.createDataFrame([] if status is None else [(1, 7, status, None, None, Decimal(seq))], orders))
         current = spark.createDataFrame([(1, 7, status, None, None, Decimal(seq))], orders).withColumn("_deleted", F.lit(status is None))
-        result = join_view(plan, {"orders": live, "customers": customers}, keys)
+        result = join_view(plan, {"orders": live, "customers": committed_at_sequence(customers)}, keys)
         return gold_merge_source(plan, keys, result, current)
 
     assert merge_into_gold(spark, table, plan, built_from("shipped", 20))["inserted"] == 1
@@ -215,6 +231,18 @@ def test_a_gold_table_hashed_by_an_earlier_version_is_refused_with_what_to_do(sp
     spark.createDataFrame([old_row], plan.gold_schema()).write.format("delta").mode("append").saveAsTable(table)
     with pytest.raises(TableLayoutError, match=r"64-character hashes, now 32.*drop the table and its checkpoint"):
         ensure_gold_table(spark, pipeline, plan)
+
+
+def test_a_gold_table_made_before_the_freshness_columns_gains_them(spark, shop_pipeline: Pipeline):
+    pipeline = variant(shop_pipeline)
+    spark.sql(f"CREATE SCHEMA IF NOT EXISTS {pipeline.tables.gold_schema}")
+    plan = view_plan(pipeline, "orders_enriched")
+    older = StructType(plan.gold_schema().fields[:-2])
+    table = gold_table(pipeline, "orders_enriched")
+    spark.createDataFrame([{f.name: None for f in older.fields} | {"order_id": 1}], older).write.format("delta").saveAsTable(table)
+    assert ensure_gold_table(spark, pipeline, plan) == table
+    assert spark.table(table).columns == list(plan.gold_columns)
+    assert spark.table(table).first()["order_id"] == 1  # rows kept; their freshness is unknown (null) until rewritten
 
 
 def test_gold_change_feed_carries_only_real_changes(spark, lake: Path, shop_pipeline: Pipeline):
@@ -251,6 +279,17 @@ def test_gold_change_feed_carries_only_real_changes(spark, lake: Path, shop_pipe
     assert comments["order_id"] == "orders.id" and comments["customer_name"] == "customer.name (customers.name)"
     assert comments["_customer_hash"].startswith("lineage:")
     assert spark.catalog.getTable(table).description.startswith("Orders with the customer who placed them")
+
+    # ... and query the analyst view: declared columns and freshness, no lineage, same comments
+    clean = analyst_view(pipeline, "orders_enriched")
+    shown = {c.name: c.description for c in spark.catalog.listColumns(clean)}
+    assert list(shown) == list(view_plan(pipeline, "orders_enriched").output_columns) + ["_source_ts", "_updated_at"]
+    assert shown["customer_segment"] == comments["customer_segment"] and shown["_source_ts"].startswith("latest source commit time")
+    row = spark.table(clean).where("order_id = 100").first()
+    silver_ts = [spark.table(silver_current_table(pipeline, pipeline.source(s))).where(f"id = {i}").first()["_source_ts"]
+                 for s, i in (("orders", 100), ("customers", 1))]
+    assert row["customer_name"] == "Ann" and row["_source_ts"] == max(silver_ts)  # the rename's commit
+    assert row["_updated_at"] >= spark.table(table).where("order_id = 101").first()["_updated_at"]  # 100 rewritten later
 
 
 @pytest.mark.long

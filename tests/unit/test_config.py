@@ -63,6 +63,15 @@ def test_table_names_follow_catalog_and_schema():
     pipeline = parse_pipeline(GOOD.replace("kafka:", "tables:\n  catalog: main\n  gold_schema: gold\nkafka:"))
     assert pipeline.tables.qualified("gold", "orders_enriched") == "main.gold.orders_enriched"
     assert pipeline.tables.qualified("bronze", "orders") == "main.shop_bronze.orders"
+    assert pipeline.tables.qualified("analyst", "orders_enriched") == "main.gold_analyst.orders_enriched"
+    named = parse_pipeline(GOOD.replace("kafka:", "tables:\n  analyst_schema: shop\nkafka:"))
+    assert named.tables.qualified("analyst", "orders_enriched") == "shop.orders_enriched"
+
+
+def test_analyst_views_need_a_schema_of_their_own():
+    with pytest.raises(PipelineConfigError) as info:
+        parse_pipeline(GOOD.replace("kafka:", "tables:\n  gold_schema: gold\n  analyst_schema: gold\nkafka:"), "p.yml")
+    assert "tables.analyst_schema" in str(info.value) and "a schema of their own" in str(info.value)
 
 
 def test_each_stage_may_have_its_own_interval():

@@ -53,6 +53,7 @@ def test_the_data_dictionary_has_every_table_column_key_join_and_rule() -> None:
     assert "| `customer_segment` | customer.segment | string | The customer's current marketing segment |" in text
     assert "| `order_date` | orders.order_date | date |  |" in text
     assert "Gold table `shop_gold.orders_enriched`, one row per `orders` row; key (order_id)." in text
+    assert "Analyst view `shop_gold_analyst.orders_enriched`: the columns below plus `_source_ts` and `_updated_at`." in text
     assert "Delta time travel reaches 7 days back" in text and "`shop_quality.stream_metrics`" in text
     assert "| gold | `shop_gold.orders_enriched` | key_unique | error | one gold row per base key |" in text
 

@@ -6,6 +6,7 @@ import pytest
 
 from lakehouse.declaration import Pipeline
 from lakehouse.errors import PipelineConfigError
+from lakehouse.gold.analyst import analyst_view_sql
 from lakehouse.gold import (
     view_plan,
 )
@@ -26,9 +27,10 @@ def test_view_plan_of_the_chain_view(shop_pipeline: Pipeline):
     # an alias's lineage hash covers what the view reads of it: key, selected and join columns
     assert plan.alias("ord").used == ("id", "customer_id", "status")
     assert plan.alias("customer").used == ("id", "name")
-    assert plan.gold_columns[-9:] == (
+    assert plan.gold_columns[-11:] == (
         "_order_items_hash", "_order_items_seq", "_ord_hash", "_ord_seq",
         "_customer_hash", "_customer_seq", "_product_hash", "_product_seq", "_row_hash",
+        "_source_ts", "_updated_at",
     )
 
 
@@ -93,3 +95,14 @@ def test_the_cost_model_picks_the_cheaper_path_and_says_why():
     assert forced_refresh("recompute").path == "recompute"
     with pytest.raises(PipelineConfigError, match="options.gold_refresh must be one of auto, incremental, recompute"):
         forced_refresh("sometimes")
+
+
+def test_the_analyst_view_shows_the_declared_columns_and_freshness_never_lineage(shop_pipeline: Pipeline):
+    sql = analyst_view_sql(shop_pipeline, view_plan(shop_pipeline, "orders_enriched"))
+    assert sql.startswith("CREATE OR REPLACE VIEW shop_gold_analyst.orders_enriched (`order_id` COMMENT 'orders.id (orders.id)'".replace(" (orders.id)", ""))
+    assert sql.endswith(
+        " AS SELECT `order_id`, `status`, `order_date`, `total`, `customer_id`, `customer_name`, `customer_segment`,"
+        " `_source_ts`, `_updated_at` FROM shop_gold.orders_enriched"
+    )
+    assert "`customer_segment` COMMENT 'The customer''s current marketing segment'".replace("''", "\\'") in sql
+    assert "Lineage columns stay on shop_gold.orders_enriched." in sql
