@@ -366,6 +366,18 @@ def cmd_docs(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    """Write the operators' page: one self-contained HTML file of quality runs, failing checks,
+    quarantine, gold freshness and stream throughput and lag, with plots and a link to the Data Docs."""
+    from lakehouse.quality.dashboard import write_dashboard
+
+    pipeline = _pipeline(args)
+    spark = _spark(args)
+    board = write_dashboard(spark, pipeline, lake_root(args.lake), Path(args.out) if args.out else None)
+    _say(board.render())
+    return 0
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     """Check a pipeline file without Spark: every problem with its file, line and field (exit 2)."""
     pipeline = _pipeline(args)
@@ -483,6 +495,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("docs", parents=[common, with_pipeline], help="write the pipeline's data dictionary (Markdown)", description=cmd_docs.__doc__)
     p.add_argument("--out", help="file to write ('-': standard output; default <lake>/<pipeline>-data-dictionary.md)")
     p.set_defaults(func=cmd_docs)
+
+    p = sub.add_parser("dashboard", parents=[common, with_pipeline], help="write the operators' page (one HTML file)", description=cmd_dashboard.__doc__)
+    p.add_argument("--out", help="file to write (default <lake>/quality/dashboard/<pipeline>.html)")
+    p.set_defaults(func=cmd_dashboard)
 
     p = sub.add_parser("validate", parents=[common, with_pipeline], help="check a pipeline file (no Spark)", description=cmd_validate.__doc__)
     p.set_defaults(func=cmd_validate)

@@ -32,6 +32,7 @@ def run_demo(args: argparse.Namespace) -> int:
     from lakehouse.spark import build_local_spark, ensure_schemas
     from lakehouse.metrics import metrics_table
     from lakehouse.tables import bronze_table, gold_table, quality_results_table, quarantine_table, silver_current_table, silver_history_table
+    from lakehouse.gold.analyst import analyst_view
 
     started = time.monotonic()
     pipeline = load_pipeline(args.pipeline)
@@ -97,9 +98,9 @@ def run_demo(args: argparse.Namespace) -> int:
         _banner("5. gold: incremental foreign-key joins")
         _run("gold", spark, pipeline, lake, status.bootstrap)
         for view in pipeline.views.values():
-            print(f"\n{gold_table(pipeline, view.name)}: {spark.table(gold_table(pipeline, view.name)).count()} rows")
-            cols = ", ".join(c.name for c in view.columns)
-            print(show_query(spark, f"SELECT {cols} FROM {gold_table(pipeline, view.name)} ORDER BY 1 LIMIT 5"))
+            clean = analyst_view(pipeline, view.name)
+            print(f"\n{clean} (analyst view of {gold_table(pipeline, view.name)}): {spark.table(clean).count()} rows")
+            print(show_query(spark, f"SELECT * FROM {clean} ORDER BY 1 LIMIT 5"))
 
         if with_postgres:
             _banner("6. verify: gold and silver == the same joins and tables inside PostgreSQL")
@@ -116,10 +117,13 @@ def run_demo(args: argparse.Namespace) -> int:
 
     verified = pg_report.ok if with_postgres else (report.ok if pipeline.views else True)
     from lakehouse.dictionary import data_dictionary
+    from lakehouse.quality.dashboard import write_dashboard
 
     dictionary = lake / f"{pipeline.name}-data-dictionary.md"
     dictionary.write_text(data_dictionary(pipeline), encoding="utf-8")
+    board = write_dashboard(spark, pipeline, lake)
     _banner("done" if verified else "done: VERIFY FOUND DIFFERENCES (see above)")
+    print(f"operators' dashboard (quality, quarantine, gold freshness, streams): {board.path}")
     print(f"data dictionary (every table, column, key, join and rule): {dictionary}")
     print(f"stream metrics, one row per micro-batch: {metrics_table(pipeline)}; quality results: {quality_results_table(pipeline)}")
     print(f"demo finished in {time.monotonic() - started:.0f}s. Try:")

@@ -1,17 +1,22 @@
-"""Writes quality/dashboard.lvdash.json (the bundle's Lakeview dashboard) from the SQL files in
-quality/queries, which stay the one place each query is written:
+"""Writes quality/dashboard.lvdash.json (the bundle's Lakeview dashboard) from the operator queries
+in lakehouse/quality/queries, which stay the one place each query is written (the local page,
+`cdc-enrich dashboard`, runs them too):
 
     .venv/bin/python quality/build_dashboard.py
 
 The dashboard's datasets name their tables unqualified (`expectation_results`,
 `stream_metrics`); the bundle sets the catalog and schema (`dataset_catalog`,
-`dataset_schema`). `tests/unit/test_bundle.py` fails when the JSON is out of date.
+`dataset_schema`). The dashboard holds every query over the quality schema's tables (the
+quarantine table lives in bronze's: only the local page shows it). `tests/unit/test_bundle.py`
+fails when the JSON is out of date.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+
+from lakehouse.quality.dashboard import query_text
 
 HERE = Path(__file__).resolve().parent
 TABLES = {"{results}": "expectation_results", "{metrics}": "stream_metrics"}
@@ -27,6 +32,9 @@ WIDGETS = [
     ("kafka_lag", "Kafka records behind, by bronze stream", "line",
      {"at": "`at`", "records_behind": "`records_behind`", "stream": "`stream`"},
      {"x": ("at", "temporal", "Time"), "y": ("records_behind", "quantitative", "Records behind"), "color": ("stream", "categorical", "Stream")}, (0, 6, 6, 6)),
+    ("failing_checks_by_table", "Failing checks by table, per run", "line",
+     {"run_at": "`run_at`", "failing": "SUM(`failing`)", "table_name": "`table_name`"},
+     {"x": ("run_at", "temporal", "Run"), "y": ("failing", "quantitative", "Failing checks"), "color": ("table_name", "categorical", "Table")}, (0, 20, 6, 6)),
     ("failing_checks_latest_run", "Failing checks of the latest run", "table",
      {c: f"`{c}`" for c in ("layer", "table_name", "check_name", "description", "severity", "observed_value", "unexpected_count", "unexpected_percent")},
      None, (0, 12, 6, 8)),
@@ -34,9 +42,7 @@ WIDGETS = [
 
 
 def query_lines(name: str) -> list[str]:
-    text = (HERE / "queries" / f"{name}.sql").read_text()
-    for placeholder, table in TABLES.items():
-        text = text.replace(placeholder, table)
+    text = query_text(name, TABLES)
     body = [line for line in text.splitlines() if not line.startswith("--")]
     return [line + "\n" for line in body]
 

@@ -69,6 +69,18 @@ if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql
 fi
 
+# 3b. Chromium, for the test that opens the operators' page (cdc-enrich dashboard) in a real
+#     headless browser (driven by Playwright, a dev package, with this browser: no download).
+if ! command -v chromium >/dev/null; then
+  if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
+    echo "setup: Chromium is missing (the dashboard's browser test needs it): sudo apt-get install -y chromium   (then run make setup again)" >&2
+    exit 1
+  fi
+  echo "setup: installing Chromium from Debian's packages: apt-get install -y --no-install-recommends chromium"
+  apt-get update -q
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium
+fi
+
 # 4. The JVM decoder (bronze's fast pass), compiled against the venv's pyspark jars; redone
 #    when its source or the pinned packages change.
 decoder_stamp=".cache/decoder.$(hash_of $(find lakehouse/jvm -name '*.java' | sort) tools/build-decoder.sh pyproject.toml)"

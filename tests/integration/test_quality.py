@@ -409,6 +409,7 @@ def test_the_operator_queries_in_quality_run_against_the_results(spark, defects,
     from datetime import datetime
 
     from lakehouse.metrics import METRICS_SCHEMA, metrics_table
+    from lakehouse.quality.dashboard import pipeline_tables, query_names, query_text
 
     metrics = metrics_table(defects)
     rows = [
@@ -417,14 +418,11 @@ def test_the_operator_queries_in_quality_run_against_the_results(spark, defects,
         (defects.name, "silver", "silver_x_orders", "q2", "r2", 0, datetime(2026, 1, 1, 0, 0, 50), 14, 12, None, None, None, 3000, {}, None, "delta"),
     ]
     spark.createDataFrame(rows, METRICS_SCHEMA).write.format("delta").mode("overwrite").saveAsTable(metrics)
-    tables = {"{results}": quality_results_table(defects), "{metrics}": metrics}
-    queries = {}
-    for path in (REPO / "quality" / "queries").glob("*.sql"):
-        text = path.read_text()
-        for placeholder, table in tables.items():
-            text = text.replace(placeholder, table)
-        queries[path.stem] = text
-    assert set(queries) == {"pass_rate_by_run", "failing_checks_latest_run", "stream_throughput_by_minute", "kafka_lag"}
+    tables = pipeline_tables(defects)
+    assert tables["{metrics}"] == metrics
+    queries = {name: query_text(name, tables) for name in query_names()}
+    assert set(queries) == {"pass_rate_by_run", "failing_checks_latest_run", "failing_checks_by_table", "stream_throughput_by_minute",
+                            "kafka_lag", "quarantine_by_reason"}
 
     results = spark.table(quality_results_table(defects))
     last = results.orderBy(F.col("run_at").desc()).first().run_id  # other tests of this module run later, on subsets
@@ -440,6 +438,12 @@ def test_the_operator_queries_in_quality_run_against_the_results(spark, defects,
     throughput = [(r.stage, r.batches, r.rows_in, r.rows_out, r.quarantined, r.avg_batch_s) for r in spark.sql(queries["stream_throughput_by_minute"]).collect()]
     assert throughput == [("bronze", 2, 15, 14, 1, 0.8), ("silver", 1, 14, 12, None, 3.0)]
     assert [(r.stream, r.records_behind) for r in spark.sql(queries["kafka_lag"]).collect()] == [("bronze_x_orders", 5), ("bronze_x_orders", 0)]
+    trend = {(r.run_id, r.layer, r.table_name): (r.checks, r.failing) for r in spark.sql(queries["failing_checks_by_table"]).collect()}
+    assert sum(f for (run, _, _), (_, f) in trend.items() if run == defect_report.run_id) == 9
+    assert sum(c for (run, _, _), (c, _) in trend.items() if run == defect_report.run_id) == defect_report.evaluated
+    quarantined = spark.table(quarantine_table(defects)).groupBy("reason").count().collect()
+    by_reason = {r.reason: r.records for r in spark.sql(queries["quarantine_by_reason"]).collect()}
+    assert by_reason == {r.reason: r["count"] for r in quarantined} and by_reason
 
 
 def test_a_results_table_of_an_earlier_version_gains_the_new_columns(spark, clean, lake):

@@ -134,12 +134,15 @@ def test_the_maintain_job_runs_upkeep_daily():
 
 def test_the_dashboard_is_a_bundle_resource_built_from_the_quality_queries():
     """The Lakeview dashboard passes the bundle model, reads the quality schema the bundle names,
-    and is what quality/build_dashboard.py makes of quality/queries/*.sql (one place per query)."""
+    and is what quality/build_dashboard.py makes of the operator queries (lakehouse/quality/queries,
+    one place per query) over that schema's tables."""
     import importlib.util
     import json
     import re
 
     from databricks.bundles.dashboards import Dashboard
+
+    from lakehouse.quality.dashboard import placeholders_of, query_names
 
     _, included = load_bundle()
     dashboards = {name: d for path, doc in included for name, d in doc.get("resources", {}).get("dashboards", {}).items()}
@@ -153,7 +156,8 @@ def test_the_dashboard_is_a_bundle_resource_built_from_the_quality_queries():
     assert path.read_text() == builder.render(), "run .venv/bin/python quality/build_dashboard.py"
     board = json.loads(path.read_text())
     datasets = {d["name"]: "".join(d["queryLines"]) for d in board["datasets"]}
-    assert set(datasets) == {p.stem for p in (REPO / "quality" / "queries").glob("*.sql")}
+    over_quality_schema = {name for name in query_names() if placeholders_of(name) <= {"{results}", "{metrics}"}}
+    assert set(datasets) == over_quality_schema and "pass_rate_by_run" in over_quality_schema
     for widget in (item["widget"] for page in board["pages"] for item in page["layout"]):
         query = widget["queries"][0]["query"]
         sql = datasets[query["datasetName"]]

@@ -58,3 +58,4 @@ def test_the_wheel_requires_only_what_a_databricks_runtime_lacks(tmp_path: Path)
     assert "Provides-Extra: local" in metadata and "Provides-Extra: dev" in metadata
     # the quality suites travel inside the engine, the log4j config with it
     assert "lakehouse/quality/suites.py" in names and "lakehouse/log4j2.properties" in names
+    assert "lakehouse/quality/queries/pass_rate_by_run.sql" in names  # the operator queries travel with the engine
