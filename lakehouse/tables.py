@@ -17,6 +17,7 @@ from typing import Iterator
 
 from pyspark.sql import SparkSession
 from pyspark.sql.types import (
+    ArrayType,
     BinaryType,
     BooleanType,
     DataType,
@@ -156,6 +157,33 @@ def silver_current_table(pipeline: Pipeline, source: Source) -> str:
 
 def silver_history_table(pipeline: Pipeline, source: Source) -> str:
     return pipeline.tables.qualified("silver", f"{source.name}_history")
+
+
+def held_changes_table(pipeline: Pipeline, source: Source) -> str:
+    """silver._held_<source>: changes a quarantine rule kept out of silver (`lakehouse.silver.held`)."""
+    return pipeline.tables.qualified("silver", f"_held_{source.name}")
+
+
+def held_changes_schema(source: Source) -> StructType:
+    """A held change as silver would have applied it (key, values, `_sequence`, `_source_ts`,
+    `_op`, `_deleted`, `_unavailable`, `_old_key`), the rule that held it and why, when, and
+    when it was let through (null while held)."""
+    return StructType(
+        [StructField(c.name, spark_type(c.type), True) for c in source.columns]
+        + [
+            StructField("_sequence", SEQUENCE_TYPE, False),
+            StructField("_source_ts", TimestampType(), True),
+            StructField("_op", StringType(), True),
+            StructField("_deleted", BooleanType(), True),
+            StructField("_unavailable", ArrayType(StringType()), True),
+            StructField("_old_key", key_struct(source), True),
+            StructField("_rule", StringType(), False),
+            StructField("_reason", StringType(), False),
+            StructField("_batch_id", LongType(), True),
+            StructField("_held_at", TimestampType(), False),
+            StructField("_released_at", TimestampType(), True),
+        ]
+    )
 
 
 def late_changes_table(pipeline: Pipeline) -> str:

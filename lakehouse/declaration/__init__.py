@@ -17,6 +17,7 @@ from lakehouse.declaration.model import (  # noqa: F401
     REFRESH_MODES,
     STARTING_OFFSETS,
     RULE_KINDS,
+    ROW_RULE_KINDS,
     RULE_SEVERITIES,
     Column,
     ForeignKey,

@@ -23,6 +23,7 @@ from lakehouse.declaration.model import (
     REFRESH_MODES,
     STREAM_STAGES,
     RULE_KINDS,
+    ROW_RULE_KINDS,
     RULE_SEVERITIES,
     Column,
     ForeignKey,
@@ -218,9 +219,10 @@ def _interval(value: Any, where: str, problems: Problems) -> str:
 _SOURCE_FIELDS = ("topic", "primary_key", "columns", "sequence", "kind", "replica_identity", "foreign_keys", "description", "expectations")
 
 
-def _rules(raw: Any, path: str, columns: tuple[str, ...], problems: Problems) -> tuple[Rule, ...]:
+def _rules(raw: Any, path: str, columns: tuple[str, ...], problems: Problems, on_source: bool) -> tuple[Rule, ...]:
     """`expectations:` of a source (its columns) or a view (its output columns): a list of
-    `{name, <kind>: <argument>, severity: warn|fail, description}`."""
+    `{name, <kind>: <argument>, severity: warn|fail|quarantine, description}` (quarantine: a
+    source's rule judged on one change at a time)."""
     if raw is None:
         return ()
     if not isinstance(raw, list):
@@ -241,11 +243,12 @@ def _rules(raw: Any, path: str, columns: tuple[str, ...], problems: Problems) ->
         if len(kinds) != 1:
             problems.add(where, f"expected exactly one of {', '.join(RULE_KINDS)}, got {', '.join(kinds) or 'none'}")
             continue
-        severity = values.get("severity", "fail")
-        if severity == "quarantine":
-            problems.add(_join(where, "severity"), "severity quarantine is not supported yet: use warn or fail")
-            continue
         severity = _choice(values, "severity", RULE_SEVERITIES, "fail", where, problems)
+        if severity == "quarantine" and not on_source:
+            problems.add(_join(where, "severity"), "quarantine holds a source's changes out of silver: on a view use warn or fail")
+        elif severity == "quarantine" and kinds[0] not in ROW_RULE_KINDS:
+            problems.add(_join(where, "severity"), f"a quarantine rule judges one change at a time: its kind must be one of "
+                         f"{', '.join(ROW_RULE_KINDS)}, not {kinds[0]} (use warn or fail for it)")
         rule = _rule(kinds[0], values[kinds[0]], _join(where, kinds[0]), columns, problems)
         if rule is not None and name:
             seen.add(name)
@@ -402,7 +405,7 @@ def _source(name: str, raw: Any, kafka: KafkaSettings, problems: Problems) -> So
         replica_identity=_choice(values, "replica_identity", REPLICA_IDENTITIES, "default", path, problems),
         foreign_keys=tuple(foreign_keys),
         description=_description(values.get("description"), _join(path, "description"), problems),
-        rules=_rules(values.get("expectations"), _join(path, "expectations"), tuple(c.name for c in columns), problems),
+        rules=_rules(values.get("expectations"), _join(path, "expectations"), tuple(c.name for c in columns), problems, on_source=True),
     )
 
 
@@ -476,7 +479,7 @@ def _view(name: str, raw: Any, sources: dict[str, Source], problems: Problems) -
     return View(
         name=name, base=base, joins=tuple(joins), columns=tuple(columns),
         description=_description(values.get("description"), _join(path, "description"), problems),
-        rules=_rules(values.get("expectations"), _join(path, "expectations"), tuple(c.name for c in columns), problems),
+        rules=_rules(values.get("expectations"), _join(path, "expectations"), tuple(c.name for c in columns), problems, on_source=False),
     )
 
 

@@ -51,7 +51,9 @@ class ForeignKey:
 #: The kinds of rule a pipeline file may declare on a source or a view (`expectations:`).
 RULE_KINDS = ("not_null", "unique", "accepted_values", "range", "regex", "row_condition", "row_count", "sql")
 #: What a failed rule does: `warn` is reported, `fail` fails the quality run.
-RULE_SEVERITIES = ("warn", "fail")
+RULE_SEVERITIES = ("warn", "fail", "quarantine")
+#: The kinds a `quarantine` rule may have: judged on one change at a time (`lakehouse.silver.held`).
+ROW_RULE_KINDS = ("not_null", "accepted_values", "range", "regex", "row_condition")
 
 
 @dataclass(frozen=True)
@@ -61,7 +63,7 @@ class Rule:
 
     name: str
     kind: str  # one of RULE_KINDS
-    severity: str = "fail"
+    severity: str = "fail"  # warn (reported), fail (fails the quality run), quarantine (a source's changes held out of silver)
     columns: tuple[str, ...] = ()  # not_null, accepted_values, range, regex: one; unique: one or more
     values: tuple[Any, ...] = ()  # accepted_values
     minimum: float | None = None  # range, row_count
@@ -70,6 +72,26 @@ class Rule:
     condition: str | None = None  # row_condition: Spark SQL every row must satisfy
     query: str | None = None  # sql: offending rows; {table} is this table, other tables by name
     description: str | None = None
+
+    @property
+    def summary(self) -> str:
+        """What the rule asks, in words: its description, or one made from its kind."""
+        if self.description:
+            return self.description
+        cols = ", ".join(self.columns)
+        lo, hi = self.minimum, self.maximum
+        bounds = (f"between {lo:g} and {hi:g}" if lo is not None and hi is not None
+                  else f"at least {lo:g}" if lo is not None else f"at most {hi:g}" if hi is not None else "")
+        return {
+            "not_null": f"{cols} is set",
+            "unique": f"({cols}) is unique",
+            "accepted_values": f"{cols} is one of {', '.join(map(str, self.values))}",
+            "range": f"{cols} is {bounds}",
+            "regex": f"{cols} matches {self.pattern}",
+            "row_condition": f"every row satisfies {self.condition}",
+            "row_count": f"the row count is {bounds}",
+            "sql": "the rule's query finds no row",
+        }[self.kind]
 
 
 @dataclass(frozen=True)
@@ -86,6 +108,11 @@ class Source:
     foreign_keys: tuple[ForeignKey, ...] = ()
     description: str | None = None
     rules: tuple[Rule, ...] = ()
+
+    @property
+    def quarantine_rules(self) -> tuple[Rule, ...]:
+        """The rules a change must pass to enter silver (`lakehouse.silver.held`)."""
+        return tuple(r for r in self.rules if r.severity == "quarantine")
 
     @property
     def column_names(self) -> tuple[str, ...]:

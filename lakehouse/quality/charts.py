@@ -58,15 +58,21 @@ def _frame(title: str, y_label: str, top: float, labels: Sequence[str], legend: 
         parts.append(f'<text x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end" class="tick">{_fmt(top * i / 4)}</text>')
     parts.append(f'<text x="12" y="{TOP + plot_h / 2:.1f}" transform="rotate(-90 12 {TOP + plot_h / 2:.1f})" text-anchor="middle" class="tick">{escape(y_label)}</text>')
     shown = sorted({0, len(labels) // 2, len(labels) - 1}) if labels else []
-    for i in shown:  # first, middle and last x labels (more would overlap)
-        x = _x(i, len(labels))
-        anchor = "start" if i == 0 and len(labels) > 1 else "end" if i == len(labels) - 1 and len(labels) > 1 else "middle"
-        parts.append(f'<text x="{x:.1f}" y="{HEIGHT - BOTTOM + 16}" text-anchor="{anchor}" class="tick">{escape(labels[i])}</text>')
-    x = LEFT
-    for i, name in enumerate(legend):
-        parts.append(f'<rect x="{x}" y="{HEIGHT - 14}" width="10" height="10" fill="{PALETTE[i % len(PALETTE)]}"/>')
-        parts.append(f'<text x="{x + 14}" y="{HEIGHT - 5}" class="legend">{escape(name)}</text>')
-        x += 24 + 7 * len(name)
+    for i in shown:  # first, middle and last x labels (more would overlap), kept inside the plot
+        half = 3.2 * len(labels[i])  # about half the label's width at the tick font
+        x = min(max(_x(i, len(labels)), LEFT + half), WIDTH - RIGHT - half)
+        parts.append(f'<text x="{x:.1f}" y="{HEIGHT - BOTTOM + 16}" text-anchor="middle" class="tick">{escape(labels[i])}</text>')
+    x, row = LEFT, 0
+    for i, name in enumerate(legend):  # wraps onto more rows below the plot
+        width = 24 + 6.5 * len(name)
+        if x + width > WIDTH and x > LEFT:
+            x, row = LEFT, row + 1
+        y = HEIGHT - 14 + 16 * row
+        parts.append(f'<rect x="{x:.1f}" y="{y}" width="10" height="10" fill="{PALETTE[i % len(PALETTE)]}"/>')
+        parts.append(f'<text x="{x + 14:.1f}" y="{y + 9}" class="legend">{escape(name)}</text>')
+        x += width
+    height = HEIGHT + 16 * row
+    parts[0] = parts[0].replace(f'viewBox="0 0 {WIDTH} {HEIGHT}"', f'viewBox="0 0 {WIDTH} {height}"').replace(f'height="{HEIGHT}"', f'height="{height}"')
     return "\n".join(parts + body + ["</svg>"])
 
 

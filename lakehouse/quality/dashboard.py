@@ -29,7 +29,7 @@ from lakehouse.gold.plan import FRESHNESS_COLUMNS
 from lakehouse.metrics import metrics_table
 from lakehouse.quality.charts import line_chart, stacked_bar_chart
 from lakehouse.quality.runner import data_docs_folder
-from lakehouse.tables import gold_table, quality_results_table, quarantine_table
+from lakehouse.tables import gold_table, held_changes_table, quality_results_table, quarantine_table
 
 Rows = list[dict[str, Any]]
 
@@ -97,6 +97,16 @@ def gold_freshness_sql(pipeline: Pipeline, existing: Mapping[str, Sequence[str]]
     return " UNION ALL ".join(parts) if parts else None
 
 
+def held_changes_sql(pipeline: Pipeline, existing: Sequence[str]) -> str | None:
+    """Changes held by each quarantine rule, per source whose held table is in `existing`."""
+    parts = [
+        f"SELECT '{s.name}' AS source, _reason AS reason, count(*) - count(_released_at) AS held, count(_released_at) AS released, "
+        f"max(_held_at) AS last_held_at FROM {held_changes_table(pipeline, s)} GROUP BY _reason"
+        for s in pipeline.sources.values() if held_changes_table(pipeline, s) in existing
+    ]
+    return (" UNION ALL ".join(parts) + " ORDER BY held DESC, source, reason") if parts else None
+
+
 def dashboard_data(spark: SparkSession, pipeline: Pipeline) -> dict[str, Rows]:
     """Every operator query's rows, plus `gold_freshness`; a query whose table does not exist yet
     (no quality run, no stream so far) has no rows."""
@@ -110,6 +120,9 @@ def dashboard_data(spark: SparkSession, pipeline: Pipeline) -> dict[str, Rows]:
             if spark.catalog.tableExists(gold_table(pipeline, v))}
     sql = gold_freshness_sql(pipeline, gold)
     data["gold_freshness"] = [r.asDict() for r in spark.sql(sql).collect()] if sql else []
+    held = [held_changes_table(pipeline, s) for s in pipeline.sources.values() if spark.catalog.tableExists(held_changes_table(pipeline, s))]
+    sql = held_changes_sql(pipeline, held)
+    data["held_changes"] = [r.asDict() for r in spark.sql(sql).collect()] if sql else []
     return data
 
 
@@ -204,14 +217,20 @@ def _quality(data: Mapping[str, Rows]) -> str:
 
 
 def _quarantine(data: Mapping[str, Rows]) -> str:
-    rows = data.get("quarantine_by_reason", [])
+    rows, held = data.get("quarantine_by_reason", []), data.get("held_changes", [])
     chart = ""
-    if rows:
-        by_source: dict[str, int] = {}
-        for r in rows:
-            by_source[r["source"]] = by_source.get(r["source"], 0) + r["records"]
-        chart = stacked_bar_chart("Quarantined records by source", list(by_source), {"records": [float(v) for v in by_source.values()]}, "records")
-    return "<h2>Quarantine</h2>" + chart + _table(rows, ("source", "reason", "records", "first_at", "last_at"), "nothing quarantined", "quarantine")
+    if rows or held:
+        sources = list(dict.fromkeys([r["source"] for r in rows] + [r["source"] for r in held]))
+        unreadable = [float(sum(r["records"] for r in rows if r["source"] == s)) for s in sources]
+        holding = [float(sum(r["held"] for r in held if r["source"] == s)) for s in sources]
+        chart = stacked_bar_chart("Kept out of the lake, by source", sources,
+                                  {"records bronze could not read": unreadable, "changes held by a rule": holding}, "records")
+    return (
+        "<h2>Quarantine</h2>" + chart + "<h3>Records bronze could not read</h3>"
+        + _table(rows, ("source", "reason", "records", "first_at", "last_at"), "nothing quarantined", "quarantine")
+        + "<h3>Changes held out of silver by quarantine rules</h3>"
+        + _table(held, ("source", "reason", "held", "released", "last_held_at"), "no change held", "held")
+    )
 
 
 def _gold(data: Mapping[str, Rows], now: datetime) -> str:

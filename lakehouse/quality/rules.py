@@ -27,28 +27,12 @@ def _severity(rule: Rule) -> str:
     return ERROR if rule.severity == "fail" else WARNING
 
 
-def _describe(rule: Rule) -> str:
-    if rule.description:
-        return rule.description
-    cols = ", ".join(rule.columns)
-    return {
-        "not_null": f"{cols} is set",
-        "unique": f"({cols}) is unique",
-        "accepted_values": f"{cols} is one of {', '.join(map(str, rule.values))}",
-        "range": f"{cols} is between {rule.minimum} and {rule.maximum}",
-        "regex": f"{cols} matches {rule.pattern}",
-        "row_condition": f"every row satisfies {rule.condition}",
-        "row_count": f"the row count is between {rule.minimum} and {rule.maximum}",
-        "sql": "the rule's query finds no row",
-    }[rule.kind]
-
-
 def rule_expectation(rule: Rule, live_only: bool) -> gx.expectations.Expectation:
     """One rule as a GX expectation; `live_only`: rows of a silver current table that are not
     delete markers."""
     common = {
         "meta": {"check": RULE_PREFIX + rule.name, "severity": _severity(rule), "declared": True},
-        "description": _describe(rule),
+        "description": rule.summary,
         "severity": FailureSeverity.CRITICAL if rule.severity == "fail" else FailureSeverity.WARNING,
     }
     live: Condition | None = (Col("_deleted") == False) if live_only else None  # noqa: E712 - a GX Condition

@@ -32,6 +32,7 @@ from lakehouse.sqltext import quote, quote_qualified
 from lakehouse.tables import (
     bronze_table,
     gold_table,
+    held_changes_table,
     late_changes_table,
     quarantine_table,
     silver_current_table,
@@ -190,6 +191,20 @@ def quarantine_suite(pipeline: Pipeline) -> TableSuite:
 # --------------------------------------------------------------------------- silver
 
 
+def held_changes_suite(pipeline: Pipeline, source: Source) -> TableSuite:
+    """silver._held_<source>: informational; the changes a quarantine rule still holds (a warning
+    if any): kept on purpose, let through when they pass (`lakehouse.silver.held`)."""
+    table = held_changes_table(pipeline, source)
+    still_held = gx.expectations.UnexpectedRowsExpectation(
+        unexpected_rows_query="SELECT * FROM {batch} WHERE _released_at IS NULL",
+        meta=_meta("held_changes", WARNING, informational=True),
+        description=f"changes of {source.name} held out of silver by a quarantine rule (informational)",
+        severity=_gx_severity(WARNING),
+    )
+    suite = gx.ExpectationSuite(name=_suite_name(pipeline, "silver", _short(table)), expectations=[still_held])
+    return TableSuite(layer="silver", name=f"silver.{_short(table)}", table=table, suite=suite)
+
+
 def silver_current_suite(pipeline: Pipeline, source: Source) -> TableSuite:
     """silver.<source>: one row per key ever seen, the latest version by sequence.
 
@@ -310,6 +325,7 @@ def build_suites(pipeline: Pipeline) -> list[TableSuite]:
     suites: list[TableSuite] = [bronze_suite(pipeline, s) for s in pipeline.sources.values()]
     suites.append(quarantine_suite(pipeline))
     suites += [silver_current_suite(pipeline, s) for s in pipeline.sources.values()]
+    suites += [held_changes_suite(pipeline, s) for s in pipeline.sources.values() if s.quarantine_rules]
     suites.append(late_changes_suite(pipeline))
     suites += [gold_suite(pipeline, v) for v in pipeline.views.values()]
     return suites

@@ -15,6 +15,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from lakehouse.declaration import Pipeline, Source
+from lakehouse.silver.held import hold_changes
 from lakehouse.silver.layout import (
     compacted_before,
     read_truncates,
@@ -81,6 +82,8 @@ class SilverStats:
     duplicates: int = 0
     late: int = 0
     snapshot_deletes: int = 0  # keys a completed snapshot no longer held (lakehouse.silver.snapshots)
+    held: int = 0  # changes a quarantine rule kept out of silver (lakehouse.silver.held)
+    released: int = 0  # held changes let through again (their rule was fixed or removed)
 
     def add(self, other: "SilverStats") -> None:
         for f in fields(self):
@@ -169,7 +172,6 @@ def apply_batch(
     count, then the writes.
     """
     spark = batch_df.sparkSession
-    keys = _keys(source)
     state = state if state is not None else StreamState()
     clock = _Clock(f"silver {source.name} batch {batch_id}")
     stats = SilverStats(batches=1)
@@ -185,16 +187,10 @@ def apply_batch(
     if n_changes == 0 and not batch_truncates:
         return stats
 
-    current_name = silver_current_table(pipeline, source)
-    history_name = silver_history_table(pipeline, source)
     if state.truncates is None:
         state.truncates = read_truncates(spark, pipeline, source)
-    if state.has_toast is None:
-        state.has_toast = spark.table(toast_table(pipeline, source)).limit(1).count() > 0
     known_truncates = list(state.truncates)
-    all_truncates = sorted(set(known_truncates) | set(batch_truncates))
-    new_truncates = [t for t in batch_truncates if t not in set(known_truncates)]
-    stats.duplicates += len(batch_truncates) - len(new_truncates)
+    stats.duplicates += len(set(batch_truncates) & set(known_truncates))
     horizon = compacted_before(spark, pipeline, source)
     clock.lap("watermarks")
 
@@ -206,6 +202,50 @@ def apply_batch(
         stats.snapshot_deletes = deletes.count()
         if stats.snapshot_deletes:
             changes = changes.unionByName(deletes, allowMissingColumns=True).localCheckpoint(eager=True)
+    if source.quarantine_rules:  # after the snapshot's reconciliation: a held snapshot row still holds its key
+        changes, stats.held = hold_changes(pipeline, source, changes, f"{app_id}:held", batch_id)
+    if batch_truncates or moves or stats.snapshot_deletes:
+        bounds: dict[str, tuple[Any, Any]] = {}  # the keys read reach beyond the batch's own
+    else:
+        bounds = {k: (summary[f"lo_{k}"], summary[f"hi_{k}"]) for k in _bounded_keys(source)}
+    broadcast = not batch_truncates and n_changes + stats.snapshot_deletes <= BROADCAST_KEYS_LIMIT
+    apply_changes(
+        changes, pipeline, source, app_id, batch_id, state, stats, clock,
+        batch_truncates=batch_truncates, known_truncates=known_truncates, horizon=horizon, moves=moves,
+        bounds=bounds, broadcast=broadcast,
+    )
+    return stats
+
+
+def apply_changes(
+    changes: DataFrame,
+    pipeline: Pipeline,
+    source: Source,
+    app_id: str,
+    batch_id: int,
+    state: StreamState,
+    stats: SilverStats,
+    clock: "_Clock",
+    batch_truncates: Sequence[Truncate] = (),
+    known_truncates: Sequence[Truncate] = (),
+    horizon: datetime | None = None,
+    moves: bool = False,
+    bounds: dict[str, tuple[Any, Any]] | None = None,
+    broadcast: bool = False,
+) -> None:
+    """Apply keyed changes (`changes_from_bronze`'s shape, deduplicated) to the source's silver
+    tables: a bronze batch's (`apply_batch`) or changes released from quarantine
+    (`lakehouse.silver.held`). Every write carries (`app_id`:table, `batch_id`) as Delta txn.
+
+    `bounds` (key column -> (lo, hi) covering every key read) lets Delta skip files; `{}` or
+    None reads by the touched keys alone. `moves`: some change carries `_old_key`."""
+    spark = changes.sparkSession
+    keys = _keys(source)
+    bounds = bounds or {}
+    current_name = silver_current_table(pipeline, source)
+    history_name = silver_history_table(pipeline, source)
+    all_truncates = sorted(set(known_truncates) | set(batch_truncates))
+    new_truncates = [t for t in batch_truncates if t not in set(known_truncates)]
     history = spark.table(history_name)
     touched = changes.select(*keys)
     if moves:
@@ -213,26 +253,21 @@ def apply_batch(
         # values it carries over), so the batch's key bounds no longer cover what is read.
         old_keys = changes.filter(F.col("_old_key").isNotNull()).select(*[F.col(f"_old_key.{k}").alias(k) for k in keys])
         touched = touched.unionByName(old_keys)
-    if batch_truncates:
-        # A truncate touches every key alive at it: no key bounds, the whole table is in play.
-        bounds: dict[str, tuple[Any, Any]] = {}
-        for t_seq, _ in batch_truncates:
-            seq = F.lit(t_seq).cast(SEQUENCE_TYPE)
-            alive = (
-                (F.col("_sequence") < seq)
-                & ~F.col("_deleted")
-                & (F.col("_valid_to_sequence").isNull() | (F.col("_valid_to_sequence") > seq))
-            )
-            touched = touched.unionByName(history.filter(alive).select(*keys))
-    elif moves or stats.snapshot_deletes:
-        bounds = {}
-    else:
-        bounds = {k: (summary[f"lo_{k}"], summary[f"hi_{k}"]) for k in _bounded_keys(source)}
+    for t_seq, _ in batch_truncates:  # a truncate touches every key alive at it: the whole table is in play
+        seq = F.lit(t_seq).cast(SEQUENCE_TYPE)
+        alive = (
+            (F.col("_sequence") < seq)
+            & ~F.col("_deleted")
+            & (F.col("_valid_to_sequence").isNull() | (F.col("_valid_to_sequence") > seq))
+        )
+        touched = touched.unionByName(history.filter(alive).select(*keys))
     touched = touched.distinct()
-    if not batch_truncates and n_changes + stats.snapshot_deletes <= BROADCAST_KEYS_LIMIT:
+    if broadcast:
         touched = F.broadcast(touched)
     in_range = key_bounds_condition(None, bounds)
     existing = history.filter(in_range).join(touched, keys, "left_semi")
+    if state.has_toast is None:
+        state.has_toast = spark.table(toast_table(pipeline, source)).limit(1).count() > 0
     if state.has_toast:
         toast = spark.table(toast_table(pipeline, source)).filter(in_range).join(touched, keys, "left_semi")
         existing = existing.join(toast.select(*keys, "_sequence", "_unavailable"), [*keys, "_sequence"], "left")
@@ -284,7 +319,6 @@ def apply_batch(
     if stats.late:
         _append(late_records(plan.filter(target == "change"), source), late_changes_table(pipeline), f"{app_id}:late", batch_id)
     clock.done()
-    return stats
 
 
 class _Clock:

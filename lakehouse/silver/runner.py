@@ -13,6 +13,7 @@ from lakehouse.errors import CdcEnrichError
 from lakehouse.metrics import note_batch, recording_metrics
 from lakehouse.paths import checkpoint_dir
 from lakehouse.silver.apply import SilverReport, SilverStats, StreamState, apply_batch
+from lakehouse.silver.held import release_held
 from lakehouse.silver.layout import ensure_silver_tables
 from lakehouse.silver.plan import APP_ID_FILE
 from lakehouse.streaming import StreamSpec, run_streams
@@ -107,12 +108,17 @@ def _silver_stream(
     def build() -> Any:
         app_id = stream_app_id(checkpoint)
         report.sources.setdefault(source.name, SilverStats())
+        released = release_held(spark, pipeline, source, f"{app_id}:release")  # what a fixed rule lets through
+        if released:
+            report.add(source.name, SilverStats(released=released))
+            if progress is not None:
+                progress(f"silver {source.name}: {released} held change(s) pass the quarantine rules now and were applied")
         state = StreamState()
 
         def on_batch(batch_df: DataFrame, batch_id: int) -> None:
             stats = apply_batch(batch_df, batch_id, pipeline, source, app_id, state)
             report.add(source.name, stats)
-            note_batch(query_name, batch_id, stats.changes_read, stats.current_upserted)
+            note_batch(query_name, batch_id, stats.changes_read, stats.current_upserted, stats.held)
             if progress is not None:
                 progress(f"silver {source.name} batch {batch_id}: {stats.describe()}")
 

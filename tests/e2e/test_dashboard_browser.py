@@ -84,7 +84,7 @@ def test_the_dashboard_renders_in_chromium_with_its_charts_tables_and_data_docs_
         assert page.title() == f"cdc-enrich: {pipeline.name}"
         assert [h.inner_text() for h in page.locator("h2").all()] == ["Quality", "Quarantine", "Gold: freshness and rows", "Streams"]
         charts = {c.get_attribute("aria-label"): c for c in page.locator("svg.chart").all()}
-        assert list(charts) == ["Pass rate by run", "Failing checks by table, per run", "Quarantined records by source",
+        assert list(charts) == ["Pass rate by run", "Failing checks by table, per run", "Kept out of the lake, by source",
                                 "Rows in per minute, by stage", "Mean batch time, by stage", "Kafka records behind, by bronze stream"]
         for name, chart in charts.items():
             box = chart.bounding_box()

@@ -28,6 +28,7 @@ def rows() -> dict[str, list[dict]]:
             {"run_id": "b", "run_at": T0 + timedelta(minutes=15), "layer": "silver", "table_name": "s.c", "checks": 10, "failing": 0, "failing_errors": 0},
         ],
         "quarantine_by_reason": [{"source": "orders", "reason": "not JSON", "records": 3, "first_at": T0, "last_at": T0}],
+        "held_changes": [{"source": "products", "reason": "price_positive: price is at least 0.01", "held": 2, "released": 1, "last_held_at": T0}],
         "gold_freshness": [{"view": "v", "rows": 4495, "source_ts": T0, "updated_at": T0 + timedelta(seconds=30)}],
         "stream_throughput_by_minute": [
             {"stage": "bronze", "minute": T0, "batches": 2, "rows_in": 100, "rows_out": 99, "quarantined": 1, "avg_batch_s": 0.5},
@@ -43,11 +44,11 @@ def test_the_page_shows_every_section_with_its_numbers_and_a_link_to_the_data_do
     assert html.startswith("<!DOCTYPE html>") and "<script" not in html and "http" not in html.replace("http://www.w3.org/2000/svg", "")
     assert re.search(r"pass rate<b class=\"bad\">97.50 %</b>", html)  # the latest run's, not the first
     assert "status &lt;is&gt; known" in html  # text is escaped
-    assert "rule:known_status" in html and "not JSON" in html
+    assert "rule:known_status" in html and "not JSON" in html and "price_positive: price is at least 0.01" in html
     assert "<td>v</td><td class=\"num\">4,495</td>" in html and "<td class=\"num\">2.00</td>" in html  # minutes since the last write
     assert f'href="{docs.as_uri()}"' in html
     charts = re.findall(r'aria-label="([^"]+)"', html)
-    assert charts == ["Pass rate by run", "Failing checks by table, per run", "Quarantined records by source",
+    assert charts == ["Pass rate by run", "Failing checks by table, per run", "Kept out of the lake, by source",
                       "Rows in per minute, by stage", "Mean batch time, by stage", "Kafka records behind, by bronze stream"]
     trend = html.split('aria-label="Failing checks by table, per run"')[1].split("</svg>")[0]
     assert "gold g.v" in trend and "silver s.c" not in trend  # only tables that failed something
@@ -56,7 +57,7 @@ def test_the_page_shows_every_section_with_its_numbers_and_a_link_to_the_data_do
 def test_an_empty_lake_says_what_to_run_instead_of_drawing_nothing():
     html = render_dashboard("shop", {})
     assert "no quality run yet" in html and "cdc-enrich run --stage quality" in html
-    assert "nothing quarantined" in html and "no gold table yet" in html and "no stream metrics yet" in html
+    assert "nothing quarantined" in html and "no change held" in html and "no gold table yet" in html and "no stream metrics yet" in html
     assert "<svg" not in html and "GX Data Docs: none built yet" in html
 
 

@@ -54,7 +54,8 @@ def test_a_view_rule_names_the_views_output_columns() -> None:
         ("      - {name: a}\n", "expected exactly one of not_null, unique"),
         ("      - {name: a, not_null: name, unique: [id]}\n", "got not_null, unique"),
         ("      - {name: a, not_null: name, severity: loud}\n", "severity: expected one of warn, fail"),
-        ("      - {name: a, not_null: name, severity: quarantine}\n", "severity quarantine is not supported yet"),
+        ("      - {name: a, unique: [name], severity: quarantine}\n",
+         "expectations[0].severity: a quarantine rule judges one change at a time: its kind must be one of not_null, accepted_values"),
         ("      - {name: a, not_null: name}\n      - {name: a, not_null: id}\n", "rule 'a' is declared twice"),
         ("      - {name: 1a, not_null: name}\n", "rule name must be a plain identifier"),
         ("      - {name: a, range: {column: id, min: 5, max: 1}}\n", "min 5 is above max 1"),
@@ -70,3 +71,14 @@ def test_a_bad_rule_is_rejected_with_file_line_and_field(rules: str, expected: s
     with pytest.raises(PipelineConfigError, match=re.escape(expected)) as exc:
         parse_pipeline(_with(rules), "bad.yml")
     assert "bad.yml:" in str(exc.value) and "sources.customers.expectations" in str(exc.value)
+
+
+def test_quarantine_is_a_sources_severity_not_a_views() -> None:
+    p = parse_pipeline(_with("      - {name: known, accepted_values: {column: name, values: [x]}, severity: quarantine}\n"))
+    assert [r.name for r in p.source("customers").quarantine_rules] == ["known"]
+    from lakehouse.quality.suites import build_suites
+
+    held = [s for s in build_suites(p) if s.name == "silver._held_customers"]
+    assert len(held) == 1 and held[0].suite.expectations[0].meta["check"] == "held_changes"  # what is still held, reported
+    with pytest.raises(PipelineConfigError, match=re.escape("views.orders_enriched.expectations[0].severity: quarantine holds a source's changes")):
+        parse_pipeline(_with("      - {name: named, not_null: customer_name, severity: quarantine}\n", where="      customer_name: c.name\n"), "bad.yml")

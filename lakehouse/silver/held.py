@@ -1,0 +1,148 @@
+"""Quarantine rules: a source's changes that break a rule of severity `quarantine` are held out of
+silver, recorded in `silver._held_<source>` with the rule's name and why, and let through again
+when they pass.
+
+- **Held, nothing lost.** Each change of a batch is judged before it is applied (`first_failing_rule`,
+  a pure column over the change row). A change that fails is written to the held table (the
+  change itself, the rule, a reason, the batch) and left out of the batch: silver (and so gold)
+  never sees it. A delete is never held (it carries no values to judge). A column whose value
+  Debezium did not send (a TOAST placeholder) is not judged: silver takes its previous value.
+- **Corrected upstream.** A later change of the same key that passes is applied as usual: silver
+  moves on and the held change stays held (its version never enters history while it fails).
+- **Rule fixed.** When a stage starts, `release_held` judges every held change against the
+  rules the pipeline file declares now and applies those that pass, through the same path as a
+  bronze batch (`apply_changes`): an older change than the key's current one lands in history
+  only, exactly as a late change would have. Released rows keep their record (`_released_at`).
+
+Judging one change at a time is what a quarantine rule can do: unique, row counts and queries
+over a table are checks of a table's state (`warn` or `fail`, run by the quality stage).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Sequence
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from lakehouse.declaration import Pipeline, Rule, Source
+from lakehouse.spark import write_time
+from lakehouse.tables import delta_txn, held_changes_schema, held_changes_table, key_struct
+
+log = logging.getLogger("lakehouse.silver")
+
+
+def rule_passes(rule: Rule) -> Column:
+    """Whether a change row passes `rule` (a row kind): a null value passes every kind but
+    not_null and row_condition (as in the quality suites); an unsent (TOAST) column passes."""
+    if rule.kind == "row_condition":
+        return F.coalesce(F.expr(str(rule.condition)), F.lit(False))
+    column = rule.columns[0]
+    value = F.col(column)
+    if rule.kind == "not_null":
+        ok = value.isNotNull()
+    elif rule.kind == "accepted_values":
+        ok = value.isNull() | value.isin(*rule.values)
+    elif rule.kind == "range":
+        bounds = [value >= F.lit(rule.minimum)] if rule.minimum is not None else []
+        bounds += [value <= F.lit(rule.maximum)] if rule.maximum is not None else []
+        ok = value.isNull()
+        inside = bounds[0]
+        for b in bounds[1:]:
+            inside = inside & b
+        ok = ok | inside
+    elif rule.kind == "regex":
+        ok = value.isNull() | value.rlike(str(rule.pattern))
+    else:
+        raise ValueError(f"rule {rule.name!r}: a quarantine rule cannot be of kind {rule.kind}")  # the loader refuses it
+    return F.array_contains(F.coalesce(F.col("_unavailable"), F.array().cast("array<string>")), column) | F.coalesce(ok, F.lit(False))
+
+
+def first_failing_rule(rules: Sequence[Rule]) -> Column:
+    """The name of the first rule (in declared order) a change fails, null when it passes them
+    all or is a delete."""
+    failing = F.lit(None).cast("string")
+    for rule in reversed(rules):
+        failing = F.when(~rule_passes(rule), F.lit(rule.name)).otherwise(failing)
+    return F.when(F.col("_deleted"), F.lit(None).cast("string")).otherwise(failing)
+
+
+def reason_of(rules: Sequence[Rule]) -> Column:
+    """Why a change was held, from its `_rule` column: `<name>: <what the rule asks>`."""
+    reason = F.lit(None).cast("string")
+    for rule in rules:
+        reason = F.when(F.col("_rule") == rule.name, F.lit(f"{rule.name}: {rule.summary}")).otherwise(reason)
+    return reason
+
+
+def _held_rows(changes: DataFrame, source: Source, batch_id: int | None) -> DataFrame:
+    """Judged changes (with `_rule`) in the held table's layout."""
+    old_key = F.col("_old_key") if "_old_key" in changes.columns else F.lit(None).cast(key_struct(source))
+    cols = {f.name: F.col(f.name) for f in held_changes_schema(source).fields if f.name in changes.columns}
+    cols |= {"_old_key": old_key, "_reason": reason_of(source.quarantine_rules), "_batch_id": F.lit(batch_id).cast("long"),
+             "_held_at": write_time(), "_released_at": F.lit(None).cast("timestamp")}
+    return changes.select(*[cols[f.name].cast(f.dataType).alias(f.name) for f in held_changes_schema(source).fields])
+
+
+def ensure_held_table(spark: SparkSession, pipeline: Pipeline, source: Source) -> str:
+    from delta.tables import DeltaTable
+
+    name = held_changes_table(pipeline, source)
+    if not spark.catalog.tableExists(name):
+        (DeltaTable.createIfNotExists(spark).tableName(name).addColumns(held_changes_schema(source))
+         .comment(f"Changes of source {source.name!r} held out of silver by a quarantine rule (_released_at: let through again)")
+         .execute())
+    return name
+
+
+def hold_changes(pipeline: Pipeline, source: Source, changes: DataFrame, app_id: str, batch_id: int) -> tuple[DataFrame, int]:
+    """Split a batch's changes: (those that pass every quarantine rule, how many were held).
+    The held ones are appended to the held table under Delta txn (`app_id`, `batch_id`), so a
+    replayed batch records them once."""
+    spark = changes.sparkSession
+    judged = changes.withColumn("_rule", first_failing_rule(source.quarantine_rules)).localCheckpoint(eager=True)
+    held = judged.where(F.col("_rule").isNotNull())
+    n = held.count()
+    if n:
+        table = ensure_held_table(spark, pipeline, source)
+        (_held_rows(held, source, batch_id).write.format("delta").mode("append")
+         .option("txnAppId", app_id).option("txnVersion", batch_id).saveAsTable(table))
+        log.info("silver %s: %d change(s) held by quarantine rules (%s)", source.name, n, table)
+    return judged.where(F.col("_rule").isNull()).drop("_rule"), n
+
+
+def release_held(spark: SparkSession, pipeline: Pipeline, source: Source, app_id: str) -> int:
+    """Apply the held changes that pass the rules declared now, and mark them released; how
+    many. Idempotent: applying a change twice changes nothing, and a release interrupted
+    between the two is finished by the next one."""
+    from delta.tables import DeltaTable
+
+    from lakehouse.silver.apply import SilverStats, StreamState, _Clock, apply_changes
+    from lakehouse.silver.layout import compacted_before, read_truncates
+
+    name = held_changes_table(pipeline, source)
+    if not spark.catalog.tableExists(name):
+        return 0
+    table = DeltaTable.forName(spark, name)
+    version = int(table.history(1).first()["version"])
+    waiting = spark.table(name).where(F.col("_released_at").isNull())
+    free = waiting.withColumn("_still", first_failing_rule(source.quarantine_rules)).where(F.col("_still").isNull())
+    keys = [*source.primary_key, "_sequence"]
+    # one row per (key, sequence): a change held twice (a replayed batch before its txn) is one change
+    free = free.dropDuplicates(keys).localCheckpoint(eager=True)
+    n = free.count()
+    if not n:
+        return 0
+    changes = free.select(*[c.name for c in source.columns], "_sequence", "_source_ts", "_op", "_deleted", "_unavailable", "_old_key")
+    moves = free.where(F.col("_old_key").isNotNull()).limit(1).count() > 0
+    stats = SilverStats()
+    truncates = read_truncates(spark, pipeline, source)
+    apply_changes(changes if moves else changes.drop("_old_key"), pipeline, source, app_id, version, StreamState(truncates=truncates), stats,
+                  _Clock(f"silver {source.name} release at held version {version}"), known_truncates=truncates,
+                  horizon=compacted_before(spark, pipeline, source), moves=moves)
+    on = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys) + " AND t._released_at IS NULL"
+    with delta_txn(spark, f"{app_id}:released", version):
+        table.alias("t").merge(free.select(*keys).alias("s"), on).whenMatchedUpdate(set={"_released_at": write_time()}).execute()
+    log.info("silver %s: %d held change(s) pass the rules now and were applied", source.name, n)
+    return n
