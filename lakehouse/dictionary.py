@@ -64,7 +64,9 @@ def _view(pipeline: Pipeline, view: View) -> list[str]:
         f"- Gold table `{gold_table(pipeline, view.name)}`, one row per `{view.base}` row; key ({', '.join(keys)}).",
     ]
     for join in view.joins:
-        on = f"foreign key `{join.parent_alias}.{join.foreign_key}`" if join.foreign_key else f"the primary key of `{join.parent_alias}`"
+        on = {"foreign_key": f"foreign key `{join.parent_alias}.{join.foreign_key}`",
+              "expression": f"its key = `{join.key}` (a global table, broadcast)",
+              "primary_key": f"the primary key of `{join.parent_alias}`"}[join.kind]
         lines.append(f"- {join.type} join `{join.table}` as `{join.alias}` on {on}.")
     rows = []
     for col in view.columns:

@@ -78,6 +78,15 @@ def load(path: str | os.PathLike[str], catalog: str | None = None) -> Pipeline:
     return load_pipeline(path, catalog)
 
 
+def check_with_spark(spark: Any, pipeline: Pipeline) -> None:
+    """What the loader cannot check without Spark's analyzer (a key expression's SQL and type),
+    reported like the loader's problems (file, line, field)."""
+    from lakehouse.gold.expression_join import check_key_types
+
+    for view in pipeline.views.values():
+        check_key_types(spark, pipeline, view)
+
+
 def run_stage(
     stage: str,
     spark: Any,
@@ -88,7 +97,9 @@ def run_stage(
     trigger: str | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> Any:
-    """Run one stage of the flow and return its report (the CLI's `run` and the demo call this)."""
+    """Run one stage of the flow and return its report (the CLI's `run` and the demo call this).
+    The views' key expressions are checked first (`check_with_spark`): a bad one stops every stage."""
+    check_with_spark(spark, pipeline)
     chosen = resolve_trigger(trigger, pipeline)
     if stage == "bronze":
         from lakehouse.bronze import run_bronze
@@ -149,6 +160,7 @@ def run_continuously(
     bundle's continuous job call this."""
     from lakehouse.continuous import run_continuous
 
+    check_with_spark(spark, pipeline)
     servers = bootstrap or resolve_bootstrap(None, pipeline, lake).servers
     with stop_on_signals() as stop:
         return run_continuous(spark, pipeline, lake, servers, progress=progress, stop=stop, timeout_s=timeout_s)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from lakehouse.declaration import Join, Pipeline, Source, View
+from lakehouse.declaration.expressions import rewrite_references
 
 #: How each declared join type is written; both dialects spell them alike.
 JOIN_KEYWORDS: Mapping[str, str] = {"inner": "JOIN", "left": "LEFT JOIN", "outer": "FULL OUTER JOIN"}
@@ -54,7 +55,7 @@ def render_view(pipeline: Pipeline, view: View | str, relations: Mapping[str, st
 
     Joins are written in declared order (left-deep), each foreign-key join as
     `ON <referenced pk> = <parent alias>.<fk column>` (a null fk matches nothing), each
-    primary-key join on the view's key; after a FULL OUTER primary-key join the key is
+    key-expression join as `ON <global pk> = (<expression>)`, each primary-key join on the view's key; after a FULL OUTER primary-key join the key is
     `COALESCE(base key, joined key)` (a right-only key is still a row, as in KIP-77).
     """
     view = pipeline.view(view)
@@ -63,12 +64,22 @@ def render_view(pipeline: Pipeline, view: View | str, relations: Mapping[str, st
     lines = [f"FROM {relations[base.name]} AS {quote(view.base, dialect)}"]
     for join in view.joins:
         target = pipeline.source(join.table)
-        on = " AND ".join(f"{right} = {left}" for right, left in _join_pairs(pipeline, view, join, keys, dialect))
+        if join.kind == "expression":  # a global table's key = an expression of an earlier alias
+            on = f"{quote_qualified(join.alias, target.primary_key[0], dialect=dialect)} = {expression_sql(join, dialect)}"
+        else:
+            on = " AND ".join(f"{right} = {left}" for right, left in _join_pairs(pipeline, view, join, keys, dialect))
         lines.append(f"{dialect.join_keyword(join)} {relations[target.name]} AS {quote(join.alias, dialect)} ON {on}")
         if join.is_outer:
             keys = _coalesced_keys(keys, join.alias, target, dialect)
     select = ",\n".join(f"  {expr} AS {quote(name, dialect)}" for name, expr in _select_items(view, base, keys, dialect))
     return "SELECT\n" + select + "\n" + "\n".join(lines)
+
+
+def expression_sql(join: Join, dialect: Dialect = SPARK) -> str:
+    """A key expression with its `alias.column` references quoted for `dialect` (the rest is
+    written as declared: Spark SQL, which PostgreSQL shares for common functions)."""
+    assert join.key is not None
+    return "(" + rewrite_references(join.key, lambda alias, column: quote_qualified(alias, column, dialect=dialect)) + ")"
 
 
 def _join_pairs(pipeline: Pipeline, view: View, join: Join, keys: list[str], dialect: Dialect) -> list[tuple[str, str]]:

@@ -122,7 +122,7 @@ def maintain(
 
     if "compact" in steps:
         for source in pipeline.sources.values():
-            if source.kind != "table" or not spark.catalog.tableExists(silver_history_table(pipeline, source)):
+            if source.is_event_stream or not spark.catalog.tableExists(silver_history_table(pipeline, source)):
                 continue  # an events source keeps no history; a source silver has not reached yet has none
             run(silver_history_table(pipeline, source), "compact",
                 lambda s=source: f"{compact_history(spark, pipeline, s, now=now)} versions dropped, {pipeline.options.history_retention_days} days kept")

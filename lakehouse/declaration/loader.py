@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from lakehouse.declaration.expressions import column_references
 from lakehouse.declaration.located import Located, Problems
 from lakehouse.declaration.model import (
     DECIMAL,
@@ -377,6 +378,8 @@ def _source(name: str, raw: Any, kafka: KafkaSettings, problems: Problems) -> So
             problems.add(f"{path}.primary_key[{i}]", f"primary key column {col!r} is not a column of {name!r} (columns: {', '.join(sorted(known))})")
     if len(set(primary_key)) != len(primary_key):
         problems.add(_join(path, "primary_key"), "a primary key column is listed twice")
+    if values.get("kind") == "global" and len(primary_key) > 1:
+        problems.add(_join(path, "primary_key"), "a global table is joined on one key expression: its primary key must be one column")
     topic = values.get("topic", f"{kafka.topic_prefix}.{kafka.source_schema}.{name}")
     if not isinstance(topic, str) or not re.match(r"^[A-Za-z0-9._-]+$", topic):
         problems.add(_join(path, "topic"), f"expected a Kafka topic name, got {_kind(topic)}")
@@ -440,7 +443,7 @@ def _view(name: str, raw: Any, sources: dict[str, Source], problems: Problems) -
     if base not in sources:
         problems.add(_join(path, "base"), f"unknown source {base!r} (declared: {', '.join(sorted(sources))})")
         return None
-    if sources[base].kind != "table":
+    if sources[base].is_event_stream:
         problems.add(_join(path, "base"), f"source {base!r} is an append-only event stream; a gold view's base must be a table")
     alias_tables: dict[str, str] = {base: base}
     joins: list[Join] = []
@@ -487,7 +490,7 @@ def _view_join(path: str, raw: Any, alias_tables: dict[str, str], sources: dict[
     values = _mapping(raw, path, problems)
     if not values:
         return None
-    _unknown_keys(values, ("alias", "via", "table", "on", "type"), path, problems)
+    _unknown_keys(values, ("alias", "via", "table", "on", "key", "type"), path, problems)
     alias = _identifier(values.get("alias"), f"{path}.alias", problems, "alias")
     if alias is None:
         return None
@@ -524,10 +527,55 @@ def _view_join(path: str, raw: Any, alias_tables: dict[str, str], sources: dict[
         if len(sources[table].primary_key) != len(sources[base].primary_key):
             problems.add(f"{path}.table", f"a primary-key join needs {table!r} and {base!r} to have keys of the same arity")
             return None
+        types = [(sources[table].column(a).type, sources[base].column(b).type) for a, b in zip(sources[table].primary_key, sources[base].primary_key)
+                 if a in sources[table].column_names and b in sources[base].column_names]
+        if any(mine != theirs for mine, theirs in types):
+            problems.add(f"{path}.table", f"a primary-key join needs keys of the same type: {table!r} has "
+                                          f"{', '.join(t for t, _ in types)}, {base!r} has {', '.join(t for _, t in types)}")
+            return None
         join_type = _choice(values, "type", PK_JOIN_TYPES, "inner", path, problems)
         return Join(alias=alias, table=table, type=join_type, parent_alias=base, foreign_key=None)
-    problems.add(path, "a join needs either `via: <alias>.<foreign key>` or `table: <source>` with `on: primary_key`")
+    if "key" in values:
+        return _expression_join(path, values, alias, alias_tables, sources, problems)
+    problems.add(path, "a join needs `via: <alias>.<foreign key>`, or `table: <source>` with `on: primary_key` or with "
+                       "`key: <expression>` (a global table)")
     return None
+
+
+def _expression_join(path: str, values: dict, alias: str, alias_tables: dict[str, str], sources: dict[str, Source],
+                     problems: Problems) -> Join | None:
+    """`{alias, table: <global source>, key: <expression of one earlier alias>, type: inner|left}`.
+    The expression's type is checked against the key's when a job starts (it needs Spark's analyzer)."""
+    table = _identifier(values.get("table"), f"{path}.table", problems, "table")
+    if table is None:
+        return None
+    if table not in sources:
+        problems.add(f"{path}.table", f"unknown source {table!r} (declared: {', '.join(sorted(sources))})")
+        return None
+    if sources[table].kind != "global":
+        problems.add(f"{path}.table", f"a join on a key expression reads a global table (kind: global); {table!r} is kind {sources[table].kind}")
+        return None
+    key = values.get("key")
+    if not isinstance(key, str) or not key.strip():
+        problems.add(f"{path}.key", f"expected a Spark SQL expression of an earlier alias, e.g. upper(payments.method), got {_kind(key)}")
+        return None
+    refs = column_references(key)
+    if not refs:
+        problems.add(f"{path}.key", "the expression reads no column: name the columns it reads as <alias>.<column>")
+        return None
+    read = list(dict.fromkeys(a for a, _ in refs))
+    for a, column in refs:
+        if a not in alias_tables:
+            problems.add(f"{path}.key", f"{a}.{column}: {a!r} is not an earlier alias of this view ({', '.join(alias_tables)})")
+            return None
+        if column not in sources[alias_tables[a]].column_names:
+            problems.add(f"{path}.key", f"{a}.{column}: {alias_tables[a]!r} has no column {column!r} (columns: {', '.join(sources[alias_tables[a]].column_names)})")
+            return None
+    if len(read) > 1:
+        problems.add(f"{path}.key", f"the expression reads {', '.join(read)}: a key expression reads one earlier alias")
+        return None
+    join_type = _choice(values, "type", ("inner", "left"), "inner", path, problems)
+    return Join(alias=alias, table=table, type=join_type, parent_alias=read[0], key=key)
 
 
 # --------------------------------------------------------------------------- entry point

@@ -68,3 +68,15 @@ class Problems:
             )
 
 
+
+
+def field_error(filename: str | Any, path: str, message: str) -> PipelineConfigError:
+    """One problem found after loading (a check that needs Spark), reported as the loader
+    reports its own: file, line and field. The line is looked up in the file when it is readable."""
+    from pathlib import Path
+
+    try:
+        line = Located(Path(filename).read_text(encoding="utf-8"), str(filename)).line(path)
+    except (OSError, PipelineConfigError):
+        line = 1
+    return PipelineConfigError(f"{filename}: 1 problem in the pipeline file; fix it before running any job:\n  {filename}:{line}: {path}: {message}")

@@ -15,7 +15,7 @@ IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 DECIMAL = re.compile(r"^decimal\(\s*(\d+)\s*,\s*(\d+)\s*\)$")
 SIMPLE_TYPES = ("bigint", "int", "smallint", "string", "double", "float", "boolean", "date", "timestamp")
 SEQUENCE_RULES = tuple(RULES)  # lakehouse.ordering: the one registry of ordering rules
-SOURCE_KINDS = ("table", "events")
+SOURCE_KINDS = ("table", "events", "global")  # global: a small table, joined by broadcast on a key expression
 REPLICA_IDENTITIES = ("default", "full")
 JOIN_TYPES = ("inner", "left")
 PK_JOIN_TYPES = ("inner", "left", "outer")
@@ -110,6 +110,11 @@ class Source:
     rules: tuple[Rule, ...] = ()
 
     @property
+    def is_event_stream(self) -> bool:
+        """An append-only `events` source: no current state of its own, never a view's base."""
+        return self.kind == "events"
+
+    @property
     def quarantine_rules(self) -> tuple[Rule, ...]:
         """The rules a change must pass to enter silver (`lakehouse.silver.held`)."""
         return tuple(r for r in self.rules if r.severity == "quarantine")
@@ -141,24 +146,31 @@ class Join:
 
     A foreign-key join (`via: alias.fk`) looks up the referenced table's primary key from the
     columns of an earlier alias (KIP-213); a primary-key join (`on: primary_key`) matches the
-    base table's key 1:1 (KIP-77) and may be outer.
+    base table's key 1:1 (KIP-77) and may be outer; a key-expression join (`key: <expression>`)
+    matches a global table's key to an expression of one earlier alias (KIP-99), no foreign key
+    declared, inner or left.
     """
 
     alias: str
     table: str
     type: str
-    parent_alias: str
-    foreign_key: str | None = None  # None for a primary-key join
-
-    @property
-    def is_primary_key_join(self) -> bool:
-        """The one test of a join's kind: a primary-key join names no foreign key."""
-        return self.foreign_key is None
+    parent_alias: str  # a key expression's: the one earlier alias it reads
+    foreign_key: str | None = None  # None for a primary-key or key-expression join
+    key: str | None = None  # a join on a global table: Spark SQL over `parent_alias` columns, = its primary key
 
     @property
     def kind(self) -> str:
-        """`primary_key` or `foreign_key`: how the join matches, hence how gold maintains it."""
-        return "primary_key" if self.is_primary_key_join else "foreign_key"
+        """`foreign_key`, `primary_key` or `expression` (a global table's key = an expression of an
+        earlier alias): how the join matches, hence how gold maintains it. The one test of a join's kind."""
+        return "foreign_key" if self.foreign_key else "expression" if self.key is not None else "primary_key"
+
+    @property
+    def is_primary_key_join(self) -> bool:
+        return self.kind == "primary_key"
+
+    @property
+    def is_foreign_key_join(self) -> bool:
+        return self.kind == "foreign_key"
 
     @property
     def is_outer(self) -> bool:
@@ -330,7 +342,7 @@ class Pipeline:
     def join_relation(self, view: View, join: Join) -> tuple[Source, ForeignKey]:
         """(left source, foreign key) a foreign-key join follows: one subscription relation."""
         if join.foreign_key is None:
-            raise UnknownNameError(f"view {view.name!r}: join {join.alias!r} is on the primary key, it follows no foreign key")
+            raise UnknownNameError(f"view {view.name!r}: join {join.alias!r} is a {join.kind} join, it follows no foreign key")
         left = self.source(view.table_of(join.parent_alias))
         return left, left.foreign_key(join.foreign_key)
 
@@ -340,7 +352,7 @@ def iter_foreign_key_relations(pipeline: Pipeline) -> Iterator[tuple[Source, For
     seen: set[tuple[str, str]] = set()
     for view in pipeline.views.values():
         for join in view.joins:
-            if join.is_primary_key_join:
+            if not join.is_foreign_key_join:
                 continue
             left, fk = pipeline.join_relation(view, join)
             if (left.name, fk.name) not in seen:

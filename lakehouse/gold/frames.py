@@ -9,6 +9,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from lakehouse.declaration import ForeignKey, Source
+from lakehouse.gold import expression_join
 from lakehouse.gold.layout import key_ranges_of, range_predicate
 from lakehouse.gold.plan import (
     JOIN_TYPES,
@@ -130,6 +131,7 @@ def affected_base_keys(
     changed: Mapping[str, DataFrame],
     subscriptions: Callable[[Source, ForeignKey], DataFrame],
     prune_limit: int | None = None,
+    live: Callable[[Source], DataFrame] | None = None,
 ) -> DataFrame | None:
     """The base keys whose join result may have changed, given changed keys per source.
 
@@ -137,9 +139,10 @@ def affected_base_keys(
     subscription table. Keys are gathered per alias from the leaves towards the base (a joined
     alias always comes after its parent), so each relation is looked up once per batch however
     many changed aliases lie beyond it: a changed customer and a changed order reach order items
-    through one scan of `_sub_order_items__order`. A primary-key join maps keys 1:1. Returns base
-    primary key columns (distinct), or None when nothing this view reads changed. `prune_limit`:
-    see `walk_back`.
+    through one scan of `_sub_order_items__order`. A primary-key join maps keys 1:1; a changed
+    global row maps to the parent rows whose key expression equals its key (`live(source)` reads
+    a source's live rows; `lakehouse.gold.expression_join`). Returns base primary key columns
+    (distinct), or None when nothing this view reads changed. `prune_limit`: see `walk_back`.
     """
     gathered: dict[int, list[DataFrame]] = {}
     for alias in plan.aliases:
@@ -155,6 +158,9 @@ def affected_base_keys(
         keys = _union(parts)
         if alias.join.is_primary_key_join:
             keys = keys.select(*[F.col(c).alias(p) for c, p in zip(alias.source.primary_key, parent.source.primary_key)])
+        elif alias.join.kind == "expression":
+            assert live is not None, "a key-expression join maps global keys through its parent's live rows"
+            keys = expression_join.parent_keys_of(alias.join, parent.source, alias.source, keys, live(parent.source))
         else:
             fk = parent.source.foreign_key(alias.join.foreign_key)
             keys = walk_back(keys, parent.source, fk, alias.source, subscriptions(parent.source, fk), prune_limit)
@@ -210,15 +216,20 @@ def join_view(
     for alias, frame in zip(plan.aliases[1:], frames[1:]):
         join = alias.join
         assert join is not None and alias.parent is not None
-        if not join.is_primary_key_join:
-            parent = plan.aliases[alias.parent]
-            fk = parent.source.foreign_key(join.foreign_key)
-            pairs = [(F.col(parent.col(f)), F.col(alias.col(p))) for f, p in zip(fk.columns, alias.source.primary_key)]
+        parent = plan.aliases[alias.parent]
+        if join.kind == "expression":  # a small global table: broadcast, matched on the parent's expression
+            (pk,) = alias.source.primary_key
+            cond = expression_join.condition(join, parent.col, F.col(alias.col(pk)))
+            frame = F.broadcast(frame)
         else:
-            pairs = [(k, F.col(alias.col(p))) for k, p in zip(key_exprs, alias.source.primary_key)]
-        cond = pairs[0][0] == pairs[0][1]
-        for left, right in pairs[1:]:
-            cond = cond & (left == right)
+            if join.is_foreign_key_join:
+                fk = parent.source.foreign_key(join.foreign_key)
+                pairs = [(F.col(parent.col(f)), F.col(alias.col(p))) for f, p in zip(fk.columns, alias.source.primary_key)]
+            else:
+                pairs = [(k, F.col(alias.col(p))) for k, p in zip(key_exprs, alias.source.primary_key)]
+            cond = pairs[0][0] == pairs[0][1]
+            for left, right in pairs[1:]:
+                cond = cond & (left == right)
         joined = joined.join(frame, cond, JOIN_TYPES[join.type])
         if join.is_outer:
             key_exprs = [F.coalesce(k, F.col(alias.col(p))) for k, p in zip(key_exprs, alias.source.primary_key)]

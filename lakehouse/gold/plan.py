@@ -8,6 +8,7 @@ from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 
 from lakehouse.declaration import ForeignKey, Join, Pipeline, Source, View
 from lakehouse.errors import PipelineConfigError, UnknownNameError
+from lakehouse.gold import expression_join
 from lakehouse.tables import (
     SEQUENCE_TYPE,
     spark_type,
@@ -127,8 +128,10 @@ def view_plan(pipeline: Pipeline, view: View | str) -> ViewPlan:
     index = {a: i for i, a in enumerate(view.aliases)}
     outgoing: dict[str, set[str]] = {a: set() for a in view.aliases}
     for join in view.joins:
-        if not join.is_primary_key_join:
+        if join.is_foreign_key_join:
             outgoing[join.parent_alias].update(pipeline.join_relation(view, join)[1].columns)
+        elif join.kind == "expression":
+            outgoing[join.parent_alias].update(expression_join.parent_columns(join))
     aliases: list[AliasPlan] = []
     for i, alias in enumerate(view.aliases):
         source = pipeline.source(view.table_of(alias))
@@ -138,7 +141,7 @@ def view_plan(pipeline: Pipeline, view: View | str) -> ViewPlan:
         aliases.append(AliasPlan(i, alias, source, join, None if join is None else index[join.parent_alias], used))
     relations: list[tuple[Source, ForeignKey]] = []
     for join in view.joins:
-        if not join.is_primary_key_join:
+        if join.is_foreign_key_join:
             rel = pipeline.join_relation(view, join)
             if all((p.name, f.name) != (rel[0].name, rel[1].name) for p, f in relations):
                 relations.append(rel)

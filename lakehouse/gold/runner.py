@@ -13,6 +13,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
 from lakehouse.declaration import Pipeline, Source
+from lakehouse.gold import expression_join
 from lakehouse.gold.analyst import ensure_analyst_view
 from lakehouse.gold.cost import RefreshDecision, RefreshEstimate, choose_refresh, forced_refresh
 from lakehouse.gold.delta import (
@@ -322,6 +323,7 @@ def _refresh_gold(
         changed,
         lambda left, fk: session.read.table(subscription_table(pipeline, left, fk.name)),
         prune_limit=LITERAL_KEY_LIMIT,
+        live=lambda source: live_rows(session, pipeline, source),
     )
     if keys is None:
         return stats
@@ -460,6 +462,7 @@ def prepare_view(spark: SparkSession, pipeline: Pipeline, plan: ViewPlan) -> Non
     """Create the view's subscription tables and gold table when missing, and its analyst view."""
     for schema in (pipeline.tables.qualified("silver", "x"), pipeline.tables.qualified("gold", "x")):
         spark.sql(f"CREATE SCHEMA IF NOT EXISTS {schema.rsplit('.', 1)[0]}")
+    expression_join.check_key_types(spark, pipeline, plan.view)
     for left, fk in plan.relations:
         ensure_subscription_table(spark, pipeline, left, fk)
     ensure_gold_table(spark, pipeline, plan)

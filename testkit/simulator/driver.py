@@ -151,7 +151,7 @@ class _Driver:
     def _op_update(self, tx: _Tx, src: Source) -> bool:
         key = self.db.tables[src.name].pick(self.rng)
         columns = _mutable_columns(src)
-        if src.kind != "table" or key is None or not columns:
+        if src.is_event_stream or key is None or not columns:
             return False
         old = self.db.row(src, key)
         new = dict(old)
@@ -161,7 +161,7 @@ class _Driver:
         return True
 
     def _op_delete(self, tx: _Tx, src: Source) -> bool:
-        if src.kind != "table":
+        if src.is_event_stream:
             return False
         for _ in range(5):
             key = self.db.tables[src.name].pick(self.rng)
@@ -258,7 +258,12 @@ class _Driver:
         key = dict(fixed)
         if free:
             n = self.db.serial((src.name,) + tuple(fixed[c] for c in src.primary_key if c in fixed))
-            key.update({c: _key_value(src.column(c), n) for c in free})
+            hints = self.workload.hints(src).columns
+            for c in free:  # a key column with a value pool (a global table's codes) takes its n-th value
+                pool = hints[c].values if c in hints else ()
+                if pool and n > len(pool):
+                    return None
+                key[c] = pool[n - 1] if pool else _key_value(src.column(c), n)
         if tuple(key[c] for c in src.primary_key) in self.db.tables[src.name].rows:
             return None
         return key
@@ -271,7 +276,7 @@ class _Driver:
 
     def _op_fk_move(self, tx: _Tx) -> bool:
         """Point a row at another parent (orders moving between customers), or at null/nothing."""
-        candidates = [(s, fk) for s in self.sources if s.kind == "table" for fk in s.foreign_keys
+        candidates = [(s, fk) for s in self.sources if not s.is_event_stream for fk in s.foreign_keys
                       if not set(fk.columns) & set(s.primary_key) and self.db.tables[s.name].rows]
         if not candidates:
             return False
@@ -289,7 +294,7 @@ class _Driver:
     def _op_recreate(self, tx: _Tx) -> bool:
         """Delete a referenced parent and insert it again with the same key, in one transaction
         (legal with deferred foreign keys: the children never dangle at commit)."""
-        parents = [s for s in self.sources if s.kind == "table" and self.db.referencing[s.name] and self.db.tables[s.name].rows]
+        parents = [s for s in self.sources if not s.is_event_stream and self.db.referencing[s.name] and self.db.tables[s.name].rows]
         if not parents:
             return False
         src = self.rng.choice(parents)
@@ -317,7 +322,7 @@ class _Driver:
 
     def _op_pk_change(self, tx: _Tx) -> bool:
         """UPDATE ... SET <primary key> on a row nothing references: delete + tombstone + create."""
-        tables = [s for s in self.sources if s.kind == "table" and self.db.tables[s.name].rows]
+        tables = [s for s in self.sources if not s.is_event_stream and self.db.tables[s.name].rows]
         self.rng.shuffle(tables)
         for src, _attempt in ((s, a) for s in tables for a in range(3)):
             key = self.db.tables[src.name].pick(self.rng)
@@ -338,7 +343,7 @@ class _Driver:
 
     def _op_noop_update(self, tx: _Tx) -> bool:
         """UPDATE t SET x = x: an event whose after equals before."""
-        tables = [s for s in self.sources if s.kind == "table" and self.db.tables[s.name].rows]
+        tables = [s for s in self.sources if not s.is_event_stream and self.db.tables[s.name].rows]
         if not tables:
             return False
         src = self.rng.choice(tables)

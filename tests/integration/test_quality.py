@@ -488,9 +488,9 @@ orders_enriched:
 
     raw = yaml.safe_load(text)
     problems = Problems("rules.yml", Located("{}", "rules.yml"))
-    customers = dataclasses.replace(clean.source("customers"), rules=_rules(raw["customers"], "x", clean.source("customers").column_names, problems))
+    customers = dataclasses.replace(clean.source("customers"), rules=_rules(raw["customers"], "x", clean.source("customers").column_names, problems, on_source=True))
     view = clean.views["orders_enriched"]
-    view = dataclasses.replace(view, rules=_rules(raw["orders_enriched"], "y", tuple(c.name for c in view.columns), problems))
+    view = dataclasses.replace(view, rules=_rules(raw["orders_enriched"], "y", tuple(c.name for c in view.columns), problems, on_source=False))
     problems.raise_if_any()
     ruled = dataclasses.replace(clean, sources={**clean.sources, "customers": customers}, views={**clean.views, "orders_enriched": view})
 
