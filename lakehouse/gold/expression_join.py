@@ -19,10 +19,10 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
 from lakehouse.declaration import Join, Pipeline, Source, View
-from lakehouse.declaration.located import field_error
-from lakehouse.tables import spark_type
 from lakehouse.declaration.expressions import column_references, rewrite_references
+from lakehouse.declaration.located import field_error
 from lakehouse.sqltext import quote
+from lakehouse.tables import spark_type
 
 
 def parent_columns(join: Join) -> set[str]:

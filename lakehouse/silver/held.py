@@ -45,13 +45,12 @@ def rule_passes(rule: Rule) -> Column:
     elif rule.kind == "accepted_values":
         ok = value.isNull() | value.isin(*rule.values)
     elif rule.kind == "range":
-        bounds = [value >= F.lit(rule.minimum)] if rule.minimum is not None else []
-        bounds += [value <= F.lit(rule.maximum)] if rule.maximum is not None else []
-        ok = value.isNull()
-        inside = bounds[0]
-        for b in bounds[1:]:
-            inside = inside & b
-        ok = ok | inside
+        inside = F.lit(True)
+        if rule.minimum is not None:
+            inside = inside & (value >= F.lit(rule.minimum))
+        if rule.maximum is not None:
+            inside = inside & (value <= F.lit(rule.maximum))
+        ok = value.isNull() | inside
     elif rule.kind == "regex":
         ok = value.isNull() | value.rlike(str(rule.pattern))
     else:

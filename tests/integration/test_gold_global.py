@@ -121,7 +121,7 @@ def test_a_key_expression_spark_cannot_use_stops_the_job_with_file_line_and_fiel
 
 
 SEEDS = int(os.environ.get("CDC_ENRICH_GLOBAL_SEEDS", "1"))
-ROUNDS = int(os.environ.get("CDC_ENRICH_GLOBAL_ROUNDS", "3"))
+ROUNDS = int(os.environ.get("CDC_ENRICH_GLOBAL_ROUNDS", "2"))
 
 
 def random_round(rng: random.Random, seq: Iterator[int]) -> dict[str, list[Change]]:

@@ -40,7 +40,7 @@ from lakehouse.verify.views import diff_frames, stale_lineage
 from testkit.reference_silver import Change, apply_silver_changes, create_silver_current
 from tests.shop_views import all_views_pipeline
 
-SEEDS = int(os.environ.get("CDC_ENRICH_GOLD_SEEDS", "12"))
+SEEDS = int(os.environ.get("CDC_ENRICH_GOLD_SEEDS", "8"))
 ROUNDS = int(os.environ.get("CDC_ENRICH_GOLD_ROUNDS", "2"))
 SLOW_ROUNDS = int(os.environ.get("CDC_ENRICH_GOLD_SLOW_ROUNDS", "6"))
 SLOW_SEEDS = int(os.environ.get("CDC_ENRICH_GOLD_SLOW_SEEDS", "300"))
