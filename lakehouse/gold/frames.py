@@ -20,6 +20,7 @@ from lakehouse.gold.plan import (
     ViewPlan,
     subscription_columns,
 )
+from lakehouse.spark import write_time
 
 # --------------------------------------------------------------------------- small pure DataFrame functions
 
@@ -249,7 +250,7 @@ def join_view(
         *plan.lineage_columns,
         content_hash([F.col(c) for c in plan.output_columns]).alias(ROW_HASH),
         (F.greatest(*times) if len(times) > 1 else times[0]).alias(SOURCE_TS),  # greatest skips nulls
-        F.current_timestamp().alias(UPDATED_AT),
+        write_time().alias(UPDATED_AT),  # not current_timestamp(): that recompiles each batch's plan (lakehouse.spark)
     )
 
 
