@@ -13,6 +13,7 @@ from lakehouse.declaration.model import (  # noqa: F401
     REPLICA_IDENTITIES,
     JOIN_TYPES,
     PK_JOIN_TYPES,
+    EXPRESSION_JOIN_TYPES,
     TRIGGERS,
     REFRESH_MODES,
     STARTING_OFFSETS,

@@ -15,6 +15,7 @@ from lakehouse.declaration.model import (
     IDENTIFIER,
     JOIN_TYPES,
     PK_JOIN_TYPES,
+    EXPRESSION_JOIN_TYPES,
     REPLICA_IDENTITIES,
     SEQUENCE_RULES,
     SIMPLE_TYPES,
@@ -517,11 +518,8 @@ def _view_join(path: str, raw: Any, alias_tables: dict[str, str], sources: dict[
         join_type = _choice(values, "type", JOIN_TYPES, "inner", path, problems)
         return Join(alias=alias, table=fk.references, type=join_type, parent_alias=parent, foreign_key=fk.name)
     if values.get("on") == "primary_key":
-        table = _identifier(values.get("table"), f"{path}.table", problems, "table")
+        table = _joined_table(values, path, sources, problems)
         if table is None:
-            return None
-        if table not in sources:
-            problems.add(f"{path}.table", f"unknown source {table!r} (declared: {', '.join(sorted(sources))})")
             return None
         base = next(iter(alias_tables))
         if len(sources[table].primary_key) != len(sources[base].primary_key):
@@ -546,11 +544,8 @@ def _expression_join(path: str, values: dict, alias: str, alias_tables: dict[str
                      problems: Problems) -> Join | None:
     """`{alias, table: <global source>, key: <expression of one earlier alias>, type: inner|left}`.
     The expression's type is checked against the key's when a job starts (it needs Spark's analyzer)."""
-    table = _identifier(values.get("table"), f"{path}.table", problems, "table")
+    table = _joined_table(values, path, sources, problems)
     if table is None:
-        return None
-    if table not in sources:
-        problems.add(f"{path}.table", f"unknown source {table!r} (declared: {', '.join(sorted(sources))})")
         return None
     if sources[table].kind != "global":
         problems.add(f"{path}.table", f"a join on a key expression reads a global table (kind: global); {table!r} is kind {sources[table].kind}")
@@ -574,8 +569,17 @@ def _expression_join(path: str, values: dict, alias: str, alias_tables: dict[str
     if len(read) > 1:
         problems.add(f"{path}.key", f"the expression reads {', '.join(read)}: a key expression reads one earlier alias")
         return None
-    join_type = _choice(values, "type", ("inner", "left"), "inner", path, problems)
+    join_type = _choice(values, "type", EXPRESSION_JOIN_TYPES, "inner", path, problems)
     return Join(alias=alias, table=table, type=join_type, parent_alias=read[0], key=key)
+
+
+def _joined_table(values: dict, path: str, sources: dict[str, Source], problems: Problems) -> str | None:
+    """A join's `table:`, a declared source (None, reported, when it is not)."""
+    table = _identifier(values.get("table"), f"{path}.table", problems, "table")
+    if table is not None and table not in sources:
+        problems.add(f"{path}.table", f"unknown source {table!r} (declared: {', '.join(sorted(sources))})")
+        return None
+    return table
 
 
 # --------------------------------------------------------------------------- entry point

@@ -19,6 +19,7 @@ SOURCE_KINDS = ("table", "events", "global")  # global: a small table, joined by
 REPLICA_IDENTITIES = ("default", "full")
 JOIN_TYPES = ("inner", "left")
 PK_JOIN_TYPES = ("inner", "left", "outer")
+EXPRESSION_JOIN_TYPES = ("inner", "left")  # a global table joined on a key expression
 STARTING_OFFSETS = ("earliest", "latest")
 
 

@@ -24,12 +24,11 @@ def analyst_view(pipeline: Pipeline, view: str) -> str:
 def analyst_view_sql(pipeline: Pipeline, plan: ViewPlan) -> str:
     """`CREATE OR REPLACE VIEW` of the analyst view over the view's gold table (pure).
 
-    >>> analyst_view_sql(shop, plan_view(shop, "orders_enriched"))  # doctest: +SKIP
+    >>> analyst_view_sql(shop, view_plan(shop, "orders_enriched"))  # doctest: +SKIP
     "CREATE OR REPLACE VIEW shop_gold_analyst.orders_enriched (`order_id` COMMENT 'orders.id', ...)
      COMMENT 'Gold view ...' AS SELECT `order_id`, ..., `_source_ts`, `_updated_at` FROM shop_gold.orders_enriched"
     """
-    lineage = {a.alias: (a.gold_hash, a.gold_seq) for a in plan.aliases}
-    comment, columns = gold_comments(pipeline, plan.view, lineage)
+    comment, columns = gold_comments(pipeline, plan.view, plan.lineage)
     shown = plan.output_columns + FRESHNESS_COLUMNS
     spec = ", ".join(f"{quote(c)} COMMENT {string_literal(columns[c])}" for c in shown)
     table = gold_table(pipeline, plan.view.name)

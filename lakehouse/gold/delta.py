@@ -75,8 +75,7 @@ def ensure_subscription_table(spark: SparkSession, pipeline: Pipeline, source: S
 def ensure_gold_table(spark: SparkSession, pipeline: Pipeline, plan: ViewPlan) -> str:
     """Create gold.<view> if missing (CDF on, clustered by key); refuse a table of another shape."""
     name = gold_table(pipeline, plan.view.name)
-    lineage = {a.alias: (a.gold_hash, a.gold_seq) for a in plan.aliases}
-    comment, columns = gold_comments(pipeline, plan.view, lineage)
+    comment, columns = gold_comments(pipeline, plan.view, plan.lineage)
     if spark.catalog.tableExists(name):
         have = [f.name for f in spark.table(name).schema.fields]
         if have == list(plan.gold_columns[: -len(FRESHNESS_COLUMNS)]):  # made before gold had them

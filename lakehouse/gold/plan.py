@@ -93,6 +93,11 @@ class ViewPlan:
         raise UnknownNameError(f"view {self.view.name!r} has no alias {name!r}")
 
     @property
+    def lineage(self) -> dict[str, tuple[str, str]]:
+        """alias -> (its gold hash column, its gold sequence column)."""
+        return {a.alias: (a.gold_hash, a.gold_seq) for a in self.aliases}
+
+    @property
     def lineage_columns(self) -> tuple[str, ...]:
         return tuple(c for a in self.aliases for c in (a.gold_hash, a.gold_seq))
 

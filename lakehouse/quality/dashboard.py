@@ -183,12 +183,12 @@ def _table(rows: Rows, columns: Sequence[str], empty: str, css_class: str) -> st
 
 def _pivot(rows: Rows, x: str, series: str, value: str) -> tuple[list[str], dict[str, list[float | None]]]:
     """Rows (x, series, value) -> x labels in first-seen order, one value list per series."""
-    labels = list(dict.fromkeys(_text(r[x]) for r in rows))
+    position = {label: i for i, label in enumerate(dict.fromkeys(_text(r[x]) for r in rows))}
     out: dict[str, list[float | None]] = {}
     for r in rows:
-        values = out.setdefault(str(r[series]), [None] * len(labels))
-        values[labels.index(_text(r[x]))] = float(r[value]) if r[value] is not None else None
-    return labels, out
+        values = out.setdefault(str(r[series]), [None] * len(position))
+        values[position[_text(r[x])]] = float(r[value]) if r[value] is not None else None
+    return list(position), out
 
 
 def _quality(data: Mapping[str, Rows]) -> str:

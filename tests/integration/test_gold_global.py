@@ -20,44 +20,15 @@ from lakehouse.errors import PipelineConfigError
 from lakehouse.gold import run_gold
 from lakehouse.tables import gold_table
 from testkit.reference_silver import Change
+from tests.global_views import global_pipeline
 from tests.integration.test_gold import apply, assert_gold_equals_oracle, create_silver, gold_changes, table_version
 
-PIPELINE = """\
-name: glob_{token}
-kafka: {{topic_prefix: glob}}
-tables: {{silver_schema: gl_{token}_silver, gold_schema: gl_{token}_gold}}
-options: {{gold_refresh: incremental}}
-sources:
-  customers:
-    primary_key: [id]
-    columns: {{id: bigint, name: string, country: string}}
-  orders:
-    primary_key: [id]
-    columns: {{id: bigint, customer_id: bigint, status: string}}
-    foreign_keys:
-      customer: {{columns: [customer_id], references: customers}}
-  statuses:
-    kind: global
-    primary_key: [code]
-    columns: {{code: string, label: string}}
-  countries:
-    kind: global
-    primary_key: [iso]
-    columns: {{iso: string, region: string}}
-views:
-  orders_enriched:
-    base: orders
-    joins:
-      - {{alias: c, via: orders.customer, type: left}}
-      - {{alias: st, table: statuses, key: "{status_key}", type: left}}
-      - {{alias: land, table: countries, key: "upper(c.country)", type: inner}}
-    columns:
-      order_id: orders.id
-      status: orders.status
-      status_label: st.label
-      customer_name: c.name
-      region: land.region
-"""
+
+def glob(token: str, status_key: str = "upper(orders.status)") -> str:
+    """The shared global-tables pipeline in schemas of its own, refreshed incrementally."""
+    header = (f"name: glob_{token}\nkafka: {{topic_prefix: glob}}\n"
+              f"tables: {{silver_schema: gl_{token}_silver, gold_schema: gl_{token}_gold}}\noptions: {{gold_refresh: incremental}}\n")
+    return global_pipeline(f'{{alias: st, table: statuses, key: "{status_key}", type: left}}', header)
 
 
 def customer(i: int, country: str | None) -> dict:
@@ -69,7 +40,7 @@ def order(i: int, cust: int, status: str) -> dict:
 
 
 def test_a_change_to_a_global_row_rejoins_exactly_the_rows_that_map_to_it(spark, lake: Path):
-    pipeline = parse_pipeline(PIPELINE.format(token=uuid.uuid4().hex[:6], status_key="upper(orders.status)"), "glob.yml")
+    pipeline = parse_pipeline(glob(uuid.uuid4().hex[:6]), "glob.yml")
     create_silver(spark, pipeline)
     apply(spark, pipeline, "customers", Change(customer(1, "fr"), 10), Change(customer(2, "de"), 11))
     apply(spark, pipeline, "orders", Change(order(10, 1, "paid"), 12), Change(order(11, 2, "new"), 13), Change(order(12, 1, "weird"), 14))
@@ -112,7 +83,7 @@ def test_a_change_to_a_global_row_rejoins_exactly_the_rows_that_map_to_it(spark,
 )
 def test_a_key_expression_spark_cannot_use_stops_the_job_with_file_line_and_field(spark, lake: Path, tmp_path: Path, key: str, message: str):
     file = tmp_path / "glob.yml"
-    file.write_text(PIPELINE.format(token=uuid.uuid4().hex[:6], status_key=key))
+    file.write_text(glob(uuid.uuid4().hex[:6], key))
     pipeline = load_pipeline(file)  # the loader has no analyzer: it accepts the file
     with pytest.raises(PipelineConfigError) as info:
         run_stage("silver", spark, pipeline, lake)
@@ -156,7 +127,7 @@ def run_random_rounds(spark, lake: Path, seeds: range, rounds: int) -> None:
     after each; the incremental path throughout (the cost model's recompute is tested apart)."""
     for seed in seeds:
         rng, seq = random.Random(seed), itertools.count(100)
-        pipeline = parse_pipeline(PIPELINE.format(token=uuid.uuid4().hex[:6], status_key="upper(orders.status)"), "glob.yml")
+        pipeline = parse_pipeline(glob(uuid.uuid4().hex[:6]), "glob.yml")
         create_silver(spark, pipeline)
         for _ in range(rounds):
             for table, changes in random_round(rng, seq).items():

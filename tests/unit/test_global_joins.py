@@ -12,45 +12,13 @@ from lakehouse.declaration.expressions import column_references, rewrite_referen
 from lakehouse.errors import PipelineConfigError
 from lakehouse.gold import view_plan
 from lakehouse.sqltext import POSTGRES, SPARK, render_view
+from tests.global_views import global_pipeline
 
-PIPELINE = """\
-name: shop
-kafka: {{topic_prefix: shop}}
-sources:
-  customers:
-    primary_key: [id]
-    columns: {{id: bigint, name: string, country: string}}
-  orders:
-    primary_key: [id]
-    columns: {{id: bigint, customer_id: bigint, status: string}}
-    foreign_keys:
-      customer: {{columns: [customer_id], references: customers}}
-  statuses:
-    kind: global
-    primary_key: [code]
-    columns: {{code: string, label: string}}
-  countries:
-    kind: global
-    primary_key: [iso]
-    columns: {{iso: string, region: string}}
-views:
-  orders_enriched:
-    base: orders
-    joins:
-      - {{alias: c, via: orders.customer, type: left}}
-      - {join}
-      - {{alias: land, table: countries, key: "upper(c.country)", type: inner}}
-    columns:
-      order_id: orders.id
-      status: orders.status
-      customer_name: c.name
-      region: land.region
-"""
 GOOD_JOIN = '{alias: st, table: statuses, key: "upper(trim(orders.status))", type: left}'
 
 
 def load(join: str = GOOD_JOIN):
-    return parse_pipeline(PIPELINE.format(join=join), "p.yml")
+    return parse_pipeline(global_pipeline(join), "p.yml")
 
 
 def test_a_global_table_joins_on_an_expression_of_one_earlier_alias():
@@ -93,7 +61,7 @@ def test_a_bad_global_join_is_rejected_with_file_line_and_field(join: str, field
 
 
 def test_a_global_table_has_a_one_column_key():
-    text = PIPELINE.format(join=GOOD_JOIN).replace("primary_key: [code]", "primary_key: [code, label]")
+    text = global_pipeline(GOOD_JOIN).replace("primary_key: [code]", "primary_key: [code, label]")
     with pytest.raises(PipelineConfigError, match=r"sources\.statuses\.primary_key: a global table is joined on one key expression"):
         parse_pipeline(text, "p.yml")
 
