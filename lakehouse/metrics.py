@@ -177,8 +177,15 @@ class MetricsRecorder:
 
     def collect(self) -> int:
         """Take the batches not seen yet from every watched query; how many."""
+        from lakehouse.streaming import collect_outcomes
+
         with self._lock:
-            queries = [q for streams in self._watched for stream in list(streams) for q in stream.queries()]
+            watched = [stream for streams in self._watched for stream in list(streams)]
+        try:
+            collect_outcomes(watched)  # first: a batch's noted rows feed its metrics row
+        except Exception:  # noqa: BLE001 - read again at the next flush
+            log.debug("metrics: could not read the batch outcomes", exc_info=True)
+        queries = [q for stream in watched for q in stream.queries()]
         found = []
         for query in queries:
             try:

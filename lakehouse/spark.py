@@ -25,15 +25,37 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 def get_spark(lake: str | os.PathLike[str] | None = None, app_name: str = "cdc-enrich", ui: bool = False) -> SparkSession:
-    """Return the active session if there is one (Databricks, tests), else build a local one."""
+    """The active session if there is one (Databricks, tests); a Spark Connect session when
+    `SPARK_REMOTE` names a server (`sc://host:port`, Spark's own variable); else a local one."""
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
+    if os.environ.get("SPARK_REMOTE"):
+        return SparkSession.builder.remote(os.environ["SPARK_REMOTE"]).getOrCreate()
     return build_local_spark(lake_root(lake), app_name=app_name, ui=ui)
+
+
+def is_connect(spark: SparkSession) -> bool:
+    """Whether `spark` is a Spark Connect session (serverless, Standard access mode clusters,
+    Databricks Connect, a local Connect server): no sparkContext, no py4j, and a foreachBatch
+    function runs in a Python worker beside the server, not in this process."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
 def build_local_spark(lake: Path, app_name: str = "cdc-enrich", ui: bool = False, cores: int | None = None) -> SparkSession:
     """A `local[*]` session with Delta's extension and catalog, tuned for a small machine."""
+    builder = SparkSession.builder.appName(app_name).master(f"local[{cores}]" if cores else "local[*]")
+    for key, value in local_spark_conf(lake, ui=ui).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(os.environ.get("CDC_ENRICH_SPARK_LOG_LEVEL", "ERROR"))
+    return spark
+
+
+def local_spark_conf(lake: Path, ui: bool = False) -> dict[str, str]:
+    """The settings of a local Spark application over `lake`: the jars `make setup` resolved,
+    Delta's extension and catalog, a metastore and warehouse under the lake, tuned for a small
+    machine. A local session and the local Spark Connect server (devstack) both start from them."""
     spark_jars = jars("spark")
     if not any(j.name.startswith("delta-spark") for j in spark_jars):
         raise SetupError("Delta and Kafka jars are missing from .cache/jars/spark; run `make setup` first")
@@ -44,41 +66,37 @@ def build_local_spark(lake: Path, app_name: str = "cdc-enrich", ui: bool = False
     lake.mkdir(parents=True, exist_ok=True)
     warehouse = lake / "warehouse"
     metastore = lake / "metastore_db"
-    master = f"local[{cores}]" if cores else "local[*]"
-    builder = (
-        SparkSession.builder.appName(app_name)
-        .master(master)
-        .config("spark.jars", ",".join(str(j) for j in spark_jars))
-        .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
-        .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
-        .config("spark.sql.warehouse.dir", str(warehouse))
-        .config("spark.sql.catalogImplementation", "hive" if _has_hive() else "in-memory")
-        .config("spark.hadoop.javax.jdo.option.ConnectionURL", f"jdbc:derby:;databaseName={metastore};create=true")
-        .config(
-            "spark.driver.extraJavaOptions",
-            f"-Dderby.system.home={lake} -Duser.timezone=UTC -Dlog4j2.configurationFile={LOG_CONFIG}",
-        )
-        .config("spark.executor.extraJavaOptions", "-Duser.timezone=UTC")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.shuffle.partitions", "4")
+    return {
+        "spark.jars": ",".join(str(j) for j in spark_jars),
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        "spark.sql.warehouse.dir": str(warehouse),
+        "spark.sql.catalogImplementation": "hive" if _has_hive() else "in-memory",
+        "spark.hadoop.javax.jdo.option.ConnectionURL": f"jdbc:derby:;databaseName={metastore};create=true",
+        "spark.driver.extraJavaOptions": f"-Dderby.system.home={lake} -Duser.timezone=UTC -Dlog4j2.configurationFile={LOG_CONFIG}",
+        "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.shuffle.partitions": "4",
         # A stream plans every micro-batch anew; its generated classes are found here instead
         # of compiled again (the default 100 entries did not hold one bronze run's classes).
-        .config("spark.sql.codegen.cache.maxEntries", "1000")
-        .config("spark.default.parallelism", "4")
-        .config("spark.sql.adaptive.enabled", "true")
-        .config("spark.ui.enabled", "true" if ui else "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.memory", os.environ.get("CDC_ENRICH_DRIVER_MEMORY", "4g"))
-        .config("spark.sql.streaming.stateStore.providerClass",
-                "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
-        .config("spark.databricks.delta.snapshotPartitions", "2")
-        .config("spark.databricks.delta.properties.defaults.enableChangeDataFeed", "false")
-        .config("spark.sql.sources.parallelPartitionDiscovery.parallelism", "2")
-        .config("spark.databricks.delta.schema.autoMerge.enabled", "false")
-    )
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel(os.environ.get("CDC_ENRICH_SPARK_LOG_LEVEL", "ERROR"))
-    return spark
+        "spark.sql.codegen.cache.maxEntries": "1000",
+        "spark.default.parallelism": "4",
+        "spark.sql.adaptive.enabled": "true",
+        "spark.ui.enabled": "true" if ui else "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.driver.memory": os.environ.get("CDC_ENRICH_DRIVER_MEMORY", "4g"),
+        "spark.sql.streaming.stateStore.providerClass": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+        "spark.databricks.delta.snapshotPartitions": "2",
+        "spark.databricks.delta.properties.defaults.enableChangeDataFeed": "false",
+        "spark.sql.sources.parallelPartitionDiscovery.parallelism": "2",
+        "spark.databricks.delta.schema.autoMerge.enabled": "false",
+    }
+
+
+def application_id(spark: SparkSession) -> str:
+    """The Spark application behind `spark` (classic or Connect): what a process-wide cache of
+    checked tables is keyed by, since a new application may see another catalog."""
+    return spark.conf.get("spark.app.id", "") or ""
 
 
 def write_time() -> Column:

@@ -11,6 +11,7 @@ runs on Databricks serverless as well as locally.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -81,6 +82,11 @@ def _nothing(*_args: Any) -> None:
     """The default hooks of a StreamSpec: nothing to prepare, nothing to bind."""
 
 
+def _none_arrived() -> int:
+    """The default `collect` of a StreamSpec: outcomes arrive directly."""
+    return 0
+
+
 def check_trigger(trigger: str) -> None:
     """Fail before anything starts when `trigger` is not one the runner knows."""
     if trigger not in TRIGGERS:
@@ -114,7 +120,9 @@ class StreamSpec:
 
     `build` returns the DataStreamWriter (source + foreachBatch handler) and is called before
     every (re)start; `prepare` once, just before the first start (create tables, check inputs);
-    `started` after every start, with the query id; `failure` words the error of a failed query.
+    `started` after every start, with the query id; `failure` words the error of a failed query;
+    `collect` reads back the batch outcomes that came by table (`lakehouse.outcomes`: Spark
+    Connect), while the query runs and once it has stopped.
     """
 
     name: str  # for messages: "bronze shop/orders", "silver products", "gold orders_enriched"
@@ -125,6 +133,7 @@ class StreamSpec:
     started: Callable[[str], None] = _nothing
     failure: Callable[[BaseException], str] | None = None
     processing_time: str | None = None  # this query's interval (processing_time); None: the run's
+    collect: Callable[[], int] = _none_arrived
 
     def failed(self, exc: BaseException) -> StreamError:
         """The project's error for a query of this stream that failed with `exc`."""
@@ -298,8 +307,18 @@ def run_streams(
     try:
         return _run_streams(streams, specs, trigger, processing_time, timeout_s, say, policy, stop)
     finally:
+        try:
+            collect_outcomes(streams)
+        except Exception:  # noqa: BLE001 - a failed run's own error matters more
+            if sys.exc_info()[0] is None:
+                raise
         if metrics is not None:
             metrics.collect()
+
+
+def collect_outcomes(streams: Sequence[Stream]) -> int:
+    """Read back the batch outcomes of `streams` that came by table (each stage's collector once)."""
+    return sum(collect() for collect in dict.fromkeys(s.spec.collect for s in streams))
 
 
 def _run_streams(

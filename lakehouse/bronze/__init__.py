@@ -75,6 +75,7 @@ from lakehouse.bronze.tables import (  # noqa: F401
     QUARANTINE_STATS_COLUMNS,
     STATS_PROPERTY,
 )
+from lakehouse.checkpoints import uncommitted_batch  # noqa: F401
 from lakehouse.bronze.runner import (  # noqa: F401
     TableReport,
     BronzeReport,
@@ -82,7 +83,6 @@ from lakehouse.bronze.runner import (  # noqa: F401
     undeclared_topics_exist,
     kafka_stream,
     counted,
-    uncommitted_batch,
     run_bronze,
     bronze_streams,
 )

@@ -27,6 +27,7 @@ from lakehouse.bronze.fast_sql import (
     sql_pass,
 )
 from lakehouse.declaration import Source
+from lakehouse.spark import is_connect
 from lakehouse.tables import (
     bronze_schema,
 )
@@ -57,7 +58,10 @@ def _jvm_result_schema(source: Source) -> StructType:
 
 def decoder_available(spark: SparkSession) -> bool:
     """Whether the JVM decoder's class is on the session's classpath (`make setup` builds
-    its jar; on Databricks the bundle attaches it as a library)."""
+    its jar; on Databricks the bundle attaches it as a library). Never under Spark Connect:
+    a Java UDF is built through py4j, which a Connect client does not have."""
+    if is_connect(spark):
+        return False
     return _decoder_loaded(id(spark.sparkContext._gateway))
 
 
@@ -142,13 +146,26 @@ def _decoder_call(source: Source) -> SqlColumn:
 
 
 def fast_pass(spark: SparkSession, source: Source, parser: str = "hybrid") -> SqlPass | JvmPass:
-    """The fast pass `parser` asks for: the JVM pass for "hybrid" when the decoder is on the
-    classpath (else the SQL pass, with a warning once), the SQL pass for "sql"."""
-    if parser == "hybrid":
-        if decoder_available(spark):
-            return jvm_pass(source)
-        _warn_no_decoder()
+    """The fast pass `parser` asks for (`decoding_with`): the JVM pass for "hybrid" when the
+    decoder can run, the SQL pass otherwise."""
+    if decoding_with(spark, parser).startswith("JVM"):
+        return jvm_pass(source)
     return sql_pass(source)
+
+
+def decoding_with(spark: SparkSession, parser: str) -> str:
+    """Which pass decodes bronze's records and why, for the run's report: the JVM decoder for
+    "hybrid" on a classic session with its jar, else the SQL pass (same rows, slower)."""
+    if parser == "python":
+        return "Python decoder (parser python)"
+    if parser == "sql":
+        return "SQL pass (parser sql)"
+    if is_connect(spark):
+        return "SQL pass (Spark Connect: no JVM decoder)"
+    if decoder_available(spark):
+        return "JVM decoder"
+    _warn_no_decoder()
+    return "SQL pass (the decoder jar is not on the classpath)"
 
 
 @functools.lru_cache(maxsize=1)

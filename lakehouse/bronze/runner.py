@@ -8,14 +8,14 @@ import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
-from lakehouse.bronze.fast_jvm import JvmPass, fast_pass
+from lakehouse.bronze.fast_jvm import decoding_with, fast_pass
 from lakehouse.bronze.parse import (
     _check_choice,
     _slow_input,
@@ -25,12 +25,14 @@ from lakehouse.bronze.parse import (
     quarantine_rows,
     unknown_topic_rows,
 )
-from lakehouse.bronze.fast_sql import KAFKA_COLUMNS, PARSERS, STREAM, SqlPass
+from lakehouse.bronze.fast_sql import KAFKA_COLUMNS, PARSERS, STREAM
 from lakehouse.bronze.tables import ensure_bronze_tables
 from lakehouse.declaration import Pipeline, Source
 from lakehouse.errors import CdcEnrichError
 from lakehouse.kafka import KafkaConnection, as_connection, check_connection, kafka_connection
-from lakehouse.metrics import note_batch, recording_metrics
+from lakehouse.checkpoints import query_id, uncommitted_batch
+from lakehouse.metrics import recording_metrics
+from lakehouse.outcomes import Mailbox, Outcome, PostOffice
 from lakehouse.paths import checkpoint_dir
 from lakehouse.streaming import StreamSpec, check_trigger, first_line, run_streams
 from lakehouse.tables import (
@@ -64,6 +66,7 @@ class BronzeReport:
     trigger: str
     parser: str
     quarantine_table: str
+    decoding: str = ""  # which pass decodes and why (`decoding_with`)
     records: int = 0  # Kafka records read, all streams
     replayed_batches: int = 0  # batches Delta had already committed (restart after a crash)
     unknown_topic_records: int = 0  # quarantined because no source declares their topic
@@ -87,7 +90,7 @@ class BronzeReport:
         """A small text table for the CLI."""
         lines = [
             f"bronze {self.pipeline}: {self.records} records in {self.batches} batches, {self.seconds:.1f}s "
-            f"(parser {self.parser}, trigger {self.trigger}, checkpoints {self.checkpoint})"
+            f"(parser {self.parser}: {self.decoding}, trigger {self.trigger}, checkpoints {self.checkpoint})"
         ]
         width = max([len(t.table) for t in self.tables.values()] + [len(self.quarantine_table)])
         lines.append(f"  {'table':<{width}}  {'rows':>9}  {'quarantined':>11}  {'batches':>7}")
@@ -189,38 +192,18 @@ def _committed(spark: SparkSession, table: str, tag: str) -> bool:
     return bool(spark.sql(f"DESCRIBE HISTORY {table}").where(F.col("userMetadata") == F.lit(tag)).limit(1).count())
 
 
-def _batch_ids(folder: Path) -> set[int]:
-    """The batch ids a streaming checkpoint's `offsets` or `commits` folder holds (its files
-    are named by id; Hadoop's hidden `.N.crc` and temporary files are not ids)."""
-    try:
-        return {int(p.name) for p in folder.iterdir() if p.name.isdigit()}
-    except FileNotFoundError:
-        return set()
-
-
-def uncommitted_batch(checkpoint: Path) -> int | None:
-    """The batch a stream's previous run planned but did not commit, which its next run
-    replays first (Spark's offset log is written before a batch runs, its commit log after);
-    None when every planned batch was committed, as after a clean stop."""
-    planned = _batch_ids(checkpoint / "offsets")
-    if not planned:
-        return None
-    last = max(planned)
-    return None if last in _batch_ids(checkpoint / "commits") else last
-
-
 class _Stream:
-    """The foreachBatch function of one stream; subclasses write one micro-batch."""
+    """The foreachBatch function of one stream; subclasses write one micro-batch and return its
+    outcome. Picklable (declarations, paths, a mailbox) for Spark Connect, where it runs in a
+    worker beside the server."""
 
     name = ""
 
-    def __init__(self, pipeline: Pipeline, report: BronzeReport, lock: threading.Lock, say: Callable[[str], None]) -> None:
+    def __init__(self, pipeline: Pipeline, checkpoint: Path, mailbox: Mailbox) -> None:
         self.pipeline = pipeline
-        self.report = report
-        self.lock = lock
-        self.say = say
-        self.app_id: str | None = None
-        self._bound = threading.Event()
+        self.checkpoint = checkpoint
+        self.mailbox = mailbox
+        self._app_id: str | None = None
         self._replayable: int | None = None
 
     @property
@@ -228,55 +211,70 @@ class _Stream:
         """The streaming query's name (metrics rows and the Spark UI carry it)."""
         return f"bronze_{self.pipeline.name}_{self.name}"
 
-    def bind(self, query_id: str) -> None:
+    @property
+    def app_id(self) -> str:
         """The commit tags' app id: the query id, kept in the checkpoint (a new checkpoint gets a new one)."""
-        self.app_id = f"cdc-enrich-bronze-{query_id}"
-        self._bound.set()
+        if self._app_id is None:
+            self._app_id = f"cdc-enrich-bronze-{query_id(self.checkpoint)}"
+        return self._app_id
 
-    def reset(self, replayable: int | None) -> None:
-        """Before a (re)start: unbound; `replayable` is the batch id the previous run left
-        uncommitted (the only one this run can replay), or None."""
-        self._bound.clear()
-        self._replayable = replayable
+    def reset(self) -> None:
+        """Before a (re)start: the batch id the previous run left uncommitted (the only one this
+        run can replay), or None."""
+        self._replayable = uncommitted_batch(self.checkpoint)
 
     def may_replay(self, batch_id: int) -> bool:
         return batch_id == self._replayable
 
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
-        if not self._bound.wait(timeout=300):
-            raise CdcEnrichError(f"stream {self.name}: batch started before the query id was known")
         started = time.monotonic()
-        cached: list[DataFrame] = []
-        try:
-            summary = self.write(batch_df.sparkSession, batch_df, batch_id, cached)
-        finally:
-            for df in cached:
-                df.unpersist()
-        if summary:
-            self.say(f"bronze {self.pipeline.name}/{self.name} batch {batch_id}: {summary} ({time.monotonic() - started:.1f}s)")
+        outcome = self.write(batch_df.sparkSession, batch_df, batch_id)
+        if outcome is not None:
+            line = f"bronze {self.pipeline.name}/{self.name} batch {batch_id}: {outcome.line} ({time.monotonic() - started:.1f}s)"
+            self.mailbox.send(batch_df.sparkSession, replace(outcome, line=line))
 
-    def write(self, spark: SparkSession, batch: DataFrame, batch_id: int, cached: list[DataFrame]) -> str:
+    def outcome(self, batch_id: int, line: str, records: int, rows: int, quarantined: int, replayed: bool, undeclared: int = 0) -> Outcome:
+        stats = {"records": records, "rows": rows, "quarantined": quarantined, "replayed": int(replayed), "undeclared": undeclared}
+        return Outcome(self.query_name, batch_id, self.name, stats, line, records, rows, quarantined)
+
+    def write(self, spark: SparkSession, batch: DataFrame, batch_id: int) -> Outcome | None:
         raise NotImplementedError
+
+
+def _replay_note(replayed: bool) -> str:
+    return " (replayed batch: Delta had it already, nothing written twice)" if replayed else ""
+
+
+def _count_batch(report: BronzeReport, outcome: Outcome, say: Callable[[str], None]) -> None:
+    """A batch's outcome into the run's report (and the progress line)."""
+    stats = outcome.stats
+    report.records += stats["records"]
+    report.replayed_batches += stats["replayed"]
+    report.unknown_topic_records += stats["undeclared"]
+    entry = report.tables.get(outcome.subject)
+    if entry is not None:
+        entry.batches += 1
+        entry.rows += stats["rows"]
+        entry.quarantined += stats["quarantined"]
+    say(outcome.line)
 
 
 class _SourceStream(_Stream):
     """One source's topic -> its bronze table (+ quarantine for what does not decode)."""
 
-    def __init__(self, pipeline: Pipeline, source: Source, parser: str, report: BronzeReport, lock: threading.Lock, say: Callable[[str], None]) -> None:
-        super().__init__(pipeline, report, lock, say)
+    def __init__(self, pipeline: Pipeline, source: Source, parser: str, checkpoint: Path, mailbox: Mailbox) -> None:
+        super().__init__(pipeline, checkpoint, mailbox)
         self.source = source
         self.parser = parser
         self.name = source.name
-        self.fast: SqlPass | JvmPass | None = None
+        self.fast = parser != "python"  # the fast pass decodes in the query's plan (`frame`)
 
     def frame(self, kafka: DataFrame) -> DataFrame:
         """What the query feeds `write`: the fast pass over the Kafka stream (analysed once, when
         the query starts, rather than for every micro-batch), or the raw records for Python."""
-        if self.parser != "python":
-            self.fast = fast_pass(kafka.sparkSession, self.source, self.parser)
-        return kafka if self.fast is None else self.fast.apply(kafka)
+        return fast_pass(kafka.sparkSession, self.source, self.parser).apply(kafka) if self.fast else kafka
 
-    def write(self, spark: SparkSession, batch: DataFrame, batch_id: int, cached: list[DataFrame]) -> str:
+    def write(self, spark: SparkSession, batch: DataFrame, batch_id: int) -> Outcome | None:
         """One micro-batch (decoded by the fast pass): fast rows straight to bronze, then the rest through Python.
 
         The decoded batch is never cached (building the cache cost as much as decoding): its
@@ -285,8 +283,8 @@ class _SourceStream(_Stream):
         when there are some does the Python pass run (rare).
         """
         started = time.monotonic()
-        if self.fast is None:
-            return self._write_python(spark, batch, batch_id, cached, started)
+        if not self.fast:
+            return self._write_python(spark, batch, batch_id, started)
         first = self.may_replay(batch_id)
         table = bronze_table(self.pipeline, self.source)
         decoded, observation = counted(batch, f"bronze_{self.source.name}_{batch_id}")
@@ -297,13 +295,12 @@ class _SourceStream(_Stream):
         # then decides what is left, and its own idempotent writes skip what it wrote before.
         total = counts["records"] if counts else batch.count()
         if not total:
-            return ""
+            return None
         slow_n = counts["slow"] if counts else None
         good_slow = bad_n = 0
         wrote_slow = wrote_bad = True
         if slow_n != 0:
-            slow = decode_python(self.source, _slow_input(batch)).persist()
-            cached.append(slow)
+            slow = decode_python(self.source, _slow_input(batch)).localCheckpoint(eager=True)
             tally = {bool(r["ok"]): int(r["count"]) for r in slow.groupBy(F.col("_reason").isNull().alias("ok")).count().collect()}
             good_slow, bad_n = tally.get(True, 0), tally.get(False, 0)
             if good_slow:
@@ -314,37 +311,25 @@ class _SourceStream(_Stream):
         rows = fast_written + (good_slow if wrote_slow else 0)
         quarantined = bad_n if wrote_bad else 0
         replayed = first and not (wrote_fast and wrote_slow and wrote_bad) and rows + quarantined < total
-        note = self._record(batch_id, total, rows, quarantined, replayed)
         timing = f"fast pass + write {fast_done - started:.1f}s, {good_slow + bad_n} by Python {time.monotonic() - fast_done:.1f}s"
-        return f"{total} records, +{rows} rows, +{quarantined} quarantined{note}; {timing}"
+        line = f"{total} records, +{rows} rows, +{quarantined} quarantined{_replay_note(replayed)}; {timing}"
+        return self.outcome(batch_id, line, total, rows, quarantined, replayed)
 
-    def _record(self, batch_id: int, records: int, rows: int, quarantined: int, replayed: bool) -> str:
-        """Count one batch in the run's report (and its metrics row); the progress line's note about a replay."""
-        note_batch(self.query_name, batch_id, records, rows, quarantined)
-        with self.lock:
-            entry = self.report.tables[self.source.name]
-            entry.batches += 1
-            entry.rows += rows
-            entry.quarantined += quarantined
-            self.report.records += records
-            self.report.replayed_batches += 1 if replayed else 0
-        return " (replayed batch: Delta had it already, nothing written twice)" if replayed else ""
-
-    def _write_python(self, spark: SparkSession, batch: DataFrame, batch_id: int, cached: list[DataFrame], started: float) -> str:
+    def _write_python(self, spark: SparkSession, batch: DataFrame, batch_id: int, started: float) -> Outcome | None:
         """parser="python": every record through `decode_record` (the benchmark's comparison)."""
-        decoded = decode_python(self.source, batch).persist()
-        cached.append(decoded)
+        decoded = decode_python(self.source, batch).localCheckpoint(eager=True)
         counts = {bool(r["ok"]): int(r["count"]) for r in decoded.groupBy(F.col("_reason").isNull().alias("ok")).count().collect()}
         good_n, bad_n = counts.get(True, 0), counts.get(False, 0)
         if good_n + bad_n == 0:
-            return ""
+            return None
         wrote_rows = wrote_bad = True
         if good_n:
             wrote_rows = _append(spark, bronze_rows(self.source, decoded), bronze_table(self.pipeline, self.source), self.app_id, batch_id, self.may_replay(batch_id))
         if bad_n:
             wrote_bad = _append(spark, quarantine_rows(self.source, decoded), quarantine_table(self.pipeline), self.app_id, batch_id, self.may_replay(batch_id))
-        note = self._record(batch_id, good_n + bad_n, good_n if wrote_rows else 0, bad_n if wrote_bad else 0, not (wrote_rows and wrote_bad))
-        return f"{good_n + bad_n} records, +{good_n if wrote_rows else 0} rows, +{bad_n if wrote_bad else 0} quarantined{note}; {time.monotonic() - started:.1f}s"
+        rows, quarantined, replayed = good_n if wrote_rows else 0, bad_n if wrote_bad else 0, not (wrote_rows and wrote_bad)
+        line = f"{good_n + bad_n} records, +{rows} rows, +{quarantined} quarantined{_replay_note(replayed)}"
+        return self.outcome(batch_id, line, good_n + bad_n, rows, quarantined, replayed)
 
 
 class _UndeclaredStream(_Stream):
@@ -352,20 +337,15 @@ class _UndeclaredStream(_Stream):
 
     name = "_undeclared"
 
-    def write(self, spark: SparkSession, batch: DataFrame, batch_id: int, cached: list[DataFrame]) -> str:
-        raw = batch.select(*KAFKA_COLUMNS).persist()
-        cached.append(raw)
+    def write(self, spark: SparkSession, batch: DataFrame, batch_id: int) -> Outcome | None:
+        raw = batch.select(*KAFKA_COLUMNS).localCheckpoint(eager=True)
         per_topic = {r["topic"]: int(r["count"]) for r in raw.groupBy("topic").count().collect()}
         total = sum(per_topic.values())
         if not total:
-            return ""
+            return None
         wrote = _append(spark, unknown_topic_rows(self.pipeline, raw), quarantine_table(self.pipeline), self.app_id, batch_id, self.may_replay(batch_id))
-        note_batch(self.query_name, batch_id, total, 0, total if wrote else 0)
-        with self.lock:
-            self.report.unknown_topic_records += total if wrote else 0
-            self.report.records += total
-            self.report.replayed_batches += 0 if wrote else 1
-        return f"{total} records on undeclared topics {', '.join(sorted(per_topic))} -> quarantine" + ("" if wrote else " (replayed, skipped)")
+        line = f"{total} records on undeclared topics {', '.join(sorted(per_topic))} -> quarantine" + ("" if wrote else " (replayed, skipped)")
+        return self.outcome(batch_id, line, total, 0, total if wrote else 0, not wrote, undeclared=total if wrote else 0)
 
 
 def run_bronze(
@@ -448,13 +428,19 @@ def bronze_streams(
     ensure_bronze_tables(spark, pipeline)
     report = BronzeReport(
         pipeline=pipeline.name, checkpoint=str(base), trigger=trigger, parser=parser,
-        quarantine_table=quarantine_table(pipeline),
+        quarantine_table=quarantine_table(pipeline), decoding=decoding_with(spark, parser),
         tables={s.name: TableReport(s.name, bronze_table(pipeline, s)) for s in pipeline.sources.values()},
     )
-    lock = threading.Lock()
+    lock = threading.Lock()  # classic: batches of several queries report at once
+
+    def receive(outcome: Outcome) -> None:
+        with lock:
+            _count_batch(report, outcome, say)
+
+    post = PostOffice(spark, pipeline, receive)
 
     def plan(source: Source) -> tuple[_Stream, DataFrame]:
-        handler = _SourceStream(pipeline, source, parser, report, lock, say)
+        handler = _SourceStream(pipeline, source, parser, base / source.name, post.mailbox)
         return handler, handler.frame(kafka_stream(spark, connection, starting, max_offsets, topics=[source.topic]))
 
     # A source's SQL pass is thousands of py4j calls (about a second) when first built, the
@@ -463,25 +449,23 @@ def bronze_streams(
         plans: list[tuple[_Stream, DataFrame]] = list(pool.map(plan, pipeline.sources.values()))
     if undeclared_topics and undeclared_topics_exist(topics, pipeline):
         raw = kafka_stream(spark, connection, starting, max_offsets, pattern=undeclared_pattern(pipeline))
-        plans.append((_UndeclaredStream(pipeline, report, lock, say), raw))
+        plans.append((_UndeclaredStream(pipeline, base / _UndeclaredStream.name, post.mailbox), raw))
     say(
         f"bronze {pipeline.name}: {len(pipeline.sources)} source streams"
         f"{' + 1 for undeclared ' + pipeline.kafka.topic_prefix + '.' + pipeline.kafka.source_schema + '.* topics' if undeclared_topics else ''} "
-        f"from {bootstrap}{'' if connection.secured == 'PLAINTEXT' else ' (' + connection.secured + ')'}, trigger {trigger}, at most {max_offsets} records per batch, checkpoints {base}"
+        f"from {bootstrap}{'' if connection.secured == 'PLAINTEXT' else ' (' + connection.secured + ')'}, trigger {trigger}, at most {max_offsets} records per batch, decoding with the {report.decoding}, checkpoints {base}"
     )
-    return [_bronze_stream(handler, frame, base, pipeline) for handler, frame in plans], report, say
+    return [_bronze_stream(handler, frame, base, pipeline, post) for handler, frame in plans], report, say
 
 
-def _bronze_stream(handler: _Stream, frame: DataFrame, base: Path, pipeline: Pipeline) -> StreamSpec:
+def _bronze_stream(handler: _Stream, frame: DataFrame, base: Path, pipeline: Pipeline, post: PostOffice) -> StreamSpec:
     """One stream's query for the shared runner: `<base>/<stream>` checkpoint, commit tags bound to its id.
 
     Before every (re)start the handler learns which batch the previous run left uncommitted
     (the only one it may replay); after it, the query id its commit tags carry.
     """
-    checkpoint = base / handler.name
-
     def build() -> Any:
-        handler.reset(uncommitted_batch(checkpoint))
+        handler.reset()
         return frame.writeStream.foreachBatch(handler)
 
     def failure(exc: BaseException) -> str:
@@ -493,9 +477,9 @@ def _bronze_stream(handler: _Stream, frame: DataFrame, base: Path, pipeline: Pip
     return StreamSpec(
         name=f"bronze {pipeline.name}/{handler.name}",
         query_name=handler.query_name,
-        checkpoint=checkpoint,
+        checkpoint=handler.checkpoint,
         build=build,
-        started=handler.bind,
         failure=failure,
         processing_time=pipeline.options.interval("bronze"),
+        collect=post.collect,
     )

@@ -10,7 +10,8 @@ from pyspark.sql.types import (
 
 from lakehouse.declaration import Pipeline
 from lakehouse.errors import CdcEnrichError
-from lakehouse.spark import ensure_schemas
+from lakehouse.deltasql import create_table
+from lakehouse.spark import application_id, ensure_schemas
 from lakehouse.tables import (
     bronze_schema,
     bronze_table,
@@ -70,27 +71,17 @@ STATS_PROPERTY = "delta.dataSkippingStatsColumns"
 # Tables whose layout and properties this process has checked (or made), per JVM: a scheduled
 # stream's later runs then ask the catalog only whether the tables still exist instead of
 # reading their properties and schemas again (~0.8 s for the shop's six tables).
-_CHECKED: set[tuple[int, str, str, str]] = set()
+_CHECKED: set[tuple[str, str, str, str]] = set()
 
 
-def _checked_key(spark: SparkSession, name: str, schema: StructType, stats_columns: tuple[str, ...]) -> tuple[int, str, str, str]:
-    return (id(spark.sparkContext._gateway), name, schema.json(), ",".join(stats_columns))
+def _checked_key(spark: SparkSession, name: str, schema: StructType, stats_columns: tuple[str, ...]) -> tuple[str, str, str, str]:
+    return (application_id(spark), name, schema.json(), ",".join(stats_columns))
 
 
 def _ensure_table(spark: SparkSession, name: str, schema: StructType, comment: str, stats_columns: tuple[str, ...]) -> None:
-    from delta.tables import DeltaTable
-
     stats = ",".join(stats_columns)
     if not spark.catalog.tableExists(name):
-        (
-            DeltaTable.createIfNotExists(spark)
-            .tableName(name)
-            .addColumns(schema)
-            .property("delta.appendOnly", "true")
-            .property(STATS_PROPERTY, stats)
-            .comment(comment)
-            .execute()
-        )
+        create_table(spark, name, schema, properties={"delta.appendOnly": "true", STATS_PROPERTY: stats}, comment=comment)
         return
     properties = {r["key"]: r["value"] for r in spark.sql(f"SHOW TBLPROPERTIES {name}").collect()}
     if properties.get(STATS_PROPERTY) != stats:  # a table made by an earlier version

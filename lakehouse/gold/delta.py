@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Callable, Sequence
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
@@ -13,7 +13,8 @@ from lakehouse.comments import apply_comments, commented, gold_comments
 from lakehouse.declaration import ForeignKey, Pipeline, Source
 from lakehouse.errors import TableLayoutError
 from lakehouse.gold.frames import HASH_LENGTH
-from lakehouse.gold.layout import KeyRange, clustered, range_predicate
+from lakehouse.deltasql import create_table, matched_delete, matched_update, merge, not_matched_insert, source_values
+from lakehouse.gold.layout import KeyRange, clustered, range_predicate_sql
 from lakehouse.gold.plan import (
     FRESHNESS_COLUMNS,
     ROW_HASH,
@@ -33,36 +34,11 @@ from lakehouse.tables import (
 # --------------------------------------------------------------------------- Delta edges
 
 
-def _metrics(result: DataFrame) -> dict[str, int]:
-    rows = result.collect()
-    if not rows:  # skipped by txnAppId/txnVersion: already applied
-        return {"inserted": 0, "updated": 0, "deleted": 0}
-    row = rows[0].asDict()
-    return {
-        "inserted": int(row.get("num_inserted_rows") or 0),
-        "updated": int(row.get("num_updated_rows") or 0),
-        "deleted": int(row.get("num_deleted_rows") or 0),
-    }
-
-
 def _create_table(spark: SparkSession, name: str, schema: StructType, cluster_by: Sequence[str], cdf: bool, comment: str | None = None) -> None:
     """Create a Delta table if missing: clustered, with deletion vectors (a MERGE that changes a
     few rows of a large file marks them instead of rewriting the file), CDF when asked."""
-    from delta.tables import DeltaTable
-
-    builder = (
-        DeltaTable.createIfNotExists(spark)
-        .tableName(name)
-        .addColumns(schema)
-        .property("delta.enableDeletionVectors", "true")
-    )
-    if cluster_by:
-        builder = builder.clusterBy(*cluster_by)
-    if cdf:
-        builder = builder.property("delta.enableChangeDataFeed", "true")
-    if comment:
-        builder = builder.comment(comment)
-    builder.execute()
+    properties = {"delta.enableDeletionVectors": "true"} | ({"delta.enableChangeDataFeed": "true"} if cdf else {})
+    create_table(spark, name, schema, properties=properties, cluster_by=cluster_by, comment=comment)
 
 
 def ensure_subscription_table(spark: SparkSession, pipeline: Pipeline, source: Source, fk: ForeignKey) -> str:
@@ -101,13 +77,13 @@ def ensure_gold_table(spark: SparkSession, pipeline: Pipeline, plan: ViewPlan) -
     return name
 
 
-def _target_matches(key: Sequence[str], key_ranges: Sequence[KeyRange] | None = None) -> Column:
+def _target_matches(key: Sequence[str], key_ranges: Sequence[KeyRange] | None = None) -> str:
     """A MERGE's condition: target `t` and source `s` equal on `key`; with `key_ranges` (covering
     the source's first key column) also a literal predicate on the target, so Delta skips its
     files by their statistics."""
-    on = F.expr(" AND ".join(f"t.{quote(c)} = s.{quote(c)}" for c in key))
+    on = " AND ".join(f"t.{quote(c)} = s.{quote(c)}" for c in key)
     if key_ranges is not None:
-        on = on & range_predicate(F.col(f"t.{quote(key[0])}"), key_ranges)
+        on = f"{on} AND ({range_predicate_sql(f't.{quote(key[0])}', key_ranges)})"
     return on
 
 
@@ -124,21 +100,15 @@ def merge_subscriptions(
     """Apply `subscription_updates` to a subscription table: newer sequence only. `key_ranges`
     (covering the updates' first key column) lets Delta skip files by statistics: a table
     whose fk leads its key (order items by order) then reads only the files of those keys."""
-    from delta.tables import DeltaTable
-
-    cols = subscription_columns(source, fk)
     on = _target_matches(source.primary_key, key_ranges)
-    values = {c: f"s.{quote(c)}" for c in cols + ("_left_hash", "_sequence")}
-    merge = (
-        DeltaTable.forName(session, table)
-        .alias("t")
-        .merge(updates.alias("s"), on)
-        .whenMatchedDelete(condition="s._remove AND t._sequence <= s._sequence")
-        .whenMatchedUpdate(condition="NOT s._remove AND s._sequence > t._sequence", set=values)
-        .whenNotMatchedInsert(condition="NOT s._remove", values=values)
-    )
+    values = source_values(subscription_columns(source, fk) + ("_left_hash", "_sequence"))
+    clauses = [
+        matched_delete("s._remove AND t._sequence <= s._sequence"),
+        matched_update(values, "NOT s._remove AND s._sequence > t._sequence"),
+        not_matched_insert(values, "NOT s._remove"),
+    ]
     with delta_txn(session, app_id, version):
-        return _retry_on_conflict(lambda: _metrics(merge.execute()))
+        return _retry_on_conflict(lambda: merge(updates, table, on, clauses))
 
 
 def fill_subscriptions(
@@ -159,16 +129,12 @@ def fill_subscriptions(
     conflicts with another view filling the same table at the same moment: this batch is then
     applied by `merge_subscriptions` (newer sequence wins) over what the other one wrote.
     """
-    from delta.tables import DeltaTable
-
     cols = subscription_columns(source, fk) + ("_left_hash", "_sequence")
     subscribed = clustered(updates.where(~F.col("_remove")).select(*cols), fk.columns, rows)
-    on = _target_matches(source.primary_key)
-    values = {c: f"s.{quote(c)}" for c in cols}
-    merge = DeltaTable.forName(session, table).alias("t").merge(subscribed.alias("s"), on).whenNotMatchedInsert(values=values)
+    insert = [not_matched_insert(source_values(cols))]
     try:
         with delta_txn(session, app_id, version):
-            return _metrics(merge.execute())["inserted"]
+            return merge(subscribed, table, _target_matches(source.primary_key), insert)["inserted"]
     except Exception as exc:  # noqa: BLE001 - only a commit conflict is handled
         if not is_commit_conflict(exc):
             raise
@@ -192,24 +158,19 @@ def merge_into_gold(
     than the stored one (the hash check). `key_ranges` (covering the source's first key column)
     adds a literal predicate so Delta prunes gold files by their statistics.
     """
-    from delta.tables import DeltaTable
-
     on = _target_matches(plan.key_columns, key_ranges)
     base_seq = f"t.{quote(plan.base.gold_seq)}"
     guard = f"(s._guard_seq IS NULL OR {base_seq} IS NULL OR s._guard_seq >= {base_seq})"
     hashes = [ROW_HASH] + [a.gold_hash for a in plan.aliases]
     changed = " OR ".join(f"NOT (t.{quote(h)} <=> s.{quote(h)})" for h in hashes)
-    values = {c: f"s.{quote(c)}" for c in plan.gold_columns}
-    merge = (
-        DeltaTable.forName(session, table)
-        .alias("t")
-        .merge(source.alias("s"), on)
-        .whenMatchedDelete(condition=f"NOT s._present AND {guard}")
-        .whenMatchedUpdate(condition=f"s._present AND {guard} AND ({changed})", set=values)
-        .whenNotMatchedInsert(condition="s._present", values=values)
-    )
+    values = source_values(plan.gold_columns)
+    clauses = [
+        matched_delete(f"NOT s._present AND {guard}"),
+        matched_update(values, f"s._present AND {guard} AND ({changed})"),
+        not_matched_insert(values, "s._present"),
+    ]
     with delta_txn(session, app_id, version):
-        return _metrics(merge.execute())
+        return merge(source, table, on, clauses)
 
 
 def table_rows(session: SparkSession, tables: Sequence[str]) -> list[int]:

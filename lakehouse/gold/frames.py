@@ -119,7 +119,7 @@ def walk_back(
             renamed = session.createDataFrame(rows, renamed.schema)
             subscriptions = subscriptions.where(F.col(fk.columns[0]).isin(sorted({r[0] for r in rows if r[0] is not None})))
         else:  # many: the fk ranges they fall in (a table clustered by fk keeps them in few files)
-            subscriptions = subscriptions.where(range_predicate(F.col(fk.columns[0]), key_ranges_of(renamed, "_k0")))
+            subscriptions = subscriptions.where(range_predicate(fk.columns[0], key_ranges_of(renamed, "_k0")))
     cond = None
     for i, c in enumerate(fk.columns):
         term = subscriptions[c] == renamed[f"_k{i}"]

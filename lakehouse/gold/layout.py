@@ -17,6 +17,9 @@ from typing import Any, Iterable, Sequence
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from lakehouse.deltasql import sql_literal
+from lakehouse.sqltext import quote
+
 KeyRange = tuple[Any, Any]  # closed: lo <= key <= hi
 
 #: At most this many intervals in a pruning predicate (Delta evaluates it against every file's
@@ -118,17 +121,19 @@ def count_and_ranges(keys: DataFrame, column: str, collect_limit: int) -> tuple[
     return keys.count(), key_ranges_of(keys, column)
 
 
-def range_predicate(column: Column, ranges: Sequence[KeyRange]) -> Column:
-    """`column` within any of `ranges`: the literal form Delta's data skipping understands."""
+def range_predicate_sql(column: str, ranges: Sequence[KeyRange]) -> str:
+    """`column` (SQL text) within any of `ranges`: the literal form Delta's data skipping understands."""
     if not ranges:
-        return F.lit(False)
+        return "FALSE"
     points = [lo for lo, hi in ranges if lo == hi]
-    terms: list[Column] = [column.isin(points)] if points else []
-    terms += [(column >= F.lit(lo)) & (column <= F.lit(hi)) for lo, hi in ranges if lo != hi]
-    out = terms[0]
-    for term in terms[1:]:
-        out = out | term
-    return out
+    terms = [f"{column} IN ({', '.join(sql_literal(p) for p in points)})"] if points else []
+    terms += [f"({column} >= {sql_literal(lo)} AND {column} <= {sql_literal(hi)})" for lo, hi in ranges if lo != hi]
+    return " OR ".join(terms)
+
+
+def range_predicate(column: str, ranges: Sequence[KeyRange]) -> Column:
+    """`range_predicate_sql` over the column named `column`, for a DataFrame filter."""
+    return F.expr(range_predicate_sql(quote(column), ranges))
 
 
 def clustered(df: DataFrame, columns: Sequence[str], rows: int, rows_per_file: int = ROWS_PER_FILE) -> DataFrame:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,6 +11,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
+from lakehouse.deltasql import last_commit
 from lakehouse.declaration import Pipeline, Source
 from lakehouse.gold import expression_join
 from lakehouse.gold.analyst import ensure_analyst_view
@@ -42,7 +42,9 @@ from lakehouse.gold.plan import (
 )
 from lakehouse.gold.recompute import full_recompute
 from lakehouse.errors import UnknownNameError
-from lakehouse.metrics import note_batch, recording_metrics
+from lakehouse.checkpoints import query_id
+from lakehouse.metrics import recording_metrics
+from lakehouse.outcomes import Mailbox, Outcome, PostOffice
 from lakehouse.paths import checkpoint_dir
 from lakehouse.streaming import AVAILABLE_NOW, Stream, StreamSpec, check_trigger, run_streams
 from lakehouse.tables import (
@@ -156,15 +158,15 @@ def decode_changes(plan: ViewPlan, batch: DataFrame, present: Sequence[str]) -> 
 
 
 class _ViewMaintainer:
-    """foreachBatch body of one view's query: subscriptions, affected keys, recompute, MERGE."""
+    """foreachBatch body of one view's query: subscriptions, affected keys, recompute, MERGE.
+    Picklable (declarations, a path, a mailbox) for Spark Connect, where it runs in a worker."""
 
-    def __init__(self, pipeline: Pipeline, plan: ViewPlan, run: ViewRun, progress: Callable[[str], None] | None) -> None:
+    def __init__(self, pipeline: Pipeline, plan: ViewPlan, checkpoint: Path, mailbox: Mailbox) -> None:
         self.pipeline = pipeline
         self.plan = plan
-        self.run = run
-        self.progress = progress
+        self.checkpoint = checkpoint
+        self.mailbox = mailbox
         self.query_id: str | None = None
-        self.ready = threading.Event()
         self.run_a_batch = False  # after one batch, gold is known filled (or the MERGE path fills it)
 
     @property
@@ -172,58 +174,60 @@ class _ViewMaintainer:
         """The streaming query's name (metrics rows and the Spark UI carry it)."""
         return f"gold_{self.pipeline.name}_{self.plan.view.name}"
 
-    def started(self, query_id: str) -> None:
-        """The query started: its id names the commit tags, and batches may run."""
-        self.query_id = query_id
-        self.ready.set()
-
     def app_id(self, target: str) -> str:
+        """The commit tags' app id: the query's own id, kept in its checkpoint."""
+        if self.query_id is None:
+            self.query_id = query_id(self.checkpoint)
         return f"cdc-enrich/{self.pipeline.name}/gold_{self.plan.view.name}/{self.query_id}/{target}"
 
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
-        self.ready.wait(120)
         started = time.monotonic()
         session = batch_df.sparkSession
-        batch = batch_df.persist()
-        try:
-            counts = {r["_source"]: r["count"] for r in batch.groupBy("_source").count().collect()}
-            if not counts:
-                return
-            read_seconds = time.monotonic() - started
-            stats = process_changes(
-                session,
-                self.pipeline,
-                self.plan,
-                decode_changes(self.plan, batch, list(counts)),
-                app_id=self.app_id,
-                version=batch_id,
-                gold_may_be_empty=not self.run_a_batch,
-            )
-            self.run_a_batch = True
-        finally:
-            batch.unpersist()
-        note_batch(self.query_name, batch_id, sum(counts.values()), stats["inserted"] + stats["updated"] + stats["deleted"])
-        run = self.run
-        run.batches += 1
-        run.changes_read += sum(counts.values())
-        run.affected_keys += stats["affected_keys"]
-        run.inserted += stats["inserted"]
-        run.updated += stats["updated"]
-        run.deleted += stats["deleted"]
-        run.subscriptions_written += stats["subscriptions_written"]
-        if "path" in stats:
-            run.paths[stats["path"]] = run.paths.get(stats["path"], 0) + 1
-            run.last_reason = stats["reason"]
-        run.seconds += time.monotonic() - started
-        for phase, seconds in {"read": read_seconds, **stats["phases"]}.items():
-            run.phases[phase] = run.phases.get(phase, 0.0) + seconds
-        if self.progress:
-            self.progress(
-                f"gold {self.plan.view.name} batch {batch_id}: {sum(counts.values())} change(s), "
-                f"{stats['affected_keys']} key(s), +{stats['inserted']} ~{stats['updated']} -{stats['deleted']} "
-                f"({time.monotonic() - started:.1f}s)"
-                + (f"; {stats['path']}: {stats['reason']}" if "path" in stats else "")
-            )
+        batch = batch_df.localCheckpoint(eager=True)  # read once: counted, then split by source
+        counts = {r["_source"]: r["count"] for r in batch.groupBy("_source").count().collect()}
+        if not counts:
+            return
+        read_seconds = time.monotonic() - started
+        stats = process_changes(
+            session,
+            self.pipeline,
+            self.plan,
+            decode_changes(self.plan, batch, list(counts)),
+            app_id=self.app_id,
+            version=batch_id,
+            gold_may_be_empty=not self.run_a_batch,
+        )
+        self.run_a_batch = True
+        changes = sum(counts.values())
+        seconds = time.monotonic() - started
+        line = (
+            f"gold {self.plan.view.name} batch {batch_id}: {changes} change(s), "
+            f"{stats['affected_keys']} key(s), +{stats['inserted']} ~{stats['updated']} -{stats['deleted']} ({seconds:.1f}s)"
+            + (f"; {stats['path']}: {stats['reason']}" if "path" in stats else "")
+        )
+        stats = {**stats, "changes": changes, "seconds": seconds, "phases": {"read": read_seconds, **stats["phases"]}}
+        written = stats["inserted"] + stats["updated"] + stats["deleted"]
+        self.mailbox.send(session, Outcome(self.query_name, batch_id, self.plan.view.name, stats, line, changes, written))
+
+
+def _count_batch(run: ViewRun, outcome: Outcome, progress: Callable[[str], None] | None) -> None:
+    """A batch's outcome into its view's run (and the progress line)."""
+    stats = outcome.stats
+    run.batches += 1
+    run.changes_read += stats["changes"]
+    run.affected_keys += stats["affected_keys"]
+    run.inserted += stats["inserted"]
+    run.updated += stats["updated"]
+    run.deleted += stats["deleted"]
+    run.subscriptions_written += stats["subscriptions_written"]
+    if "path" in stats:
+        run.paths[stats["path"]] = run.paths.get(stats["path"], 0) + 1
+        run.last_reason = stats["reason"]
+    run.seconds += stats["seconds"]
+    for phase, seconds in stats["phases"].items():
+        run.phases[phase] = run.phases.get(phase, 0.0) + seconds
+    if progress:
+        progress(outcome.line)
 
 
 def process_changes(
@@ -327,25 +331,22 @@ def _refresh_gold(
     )
     if keys is None:
         return stats
-    keys = keys.persist()
-    try:
-        count, ranges = count_and_ranges(keys, base.primary_key[0], KEY_COLLECT_LIMIT)
-        stats["affected_keys"] = count
-        clock.lap("keys")
-        if count == 0:
-            return stats
-        decision = forced or choose_refresh(RefreshEstimate(count, *sizes))
-        if decision.path == "recompute":
-            return _by_recompute(session, pipeline, plan, target, txn, version, decision, stats, clock)
-        stats.update(path="incremental", reason=decision.reason)
-        source = _keys_merge_source(session, pipeline, plan, keys, ranges)
-        if count <= BROADCAST_ROW_LIMIT:  # one source row per affected key
-            source = F.broadcast(source)
-        clock.lap("recompute")
-        stats.update(merge_into_gold(session, target, plan, source, ranges, txn, version))
-        clock.lap("merge")
-    finally:
-        keys.unpersist()
+    keys = keys.localCheckpoint(eager=True)  # read by the count, the ranges and the recompute
+    count, ranges = count_and_ranges(keys, base.primary_key[0], KEY_COLLECT_LIMIT)
+    stats["affected_keys"] = count
+    clock.lap("keys")
+    if count == 0:
+        return stats
+    decision = forced or choose_refresh(RefreshEstimate(count, *sizes))
+    if decision.path == "recompute":
+        return _by_recompute(session, pipeline, plan, target, txn, version, decision, stats, clock)
+    stats.update(path="incremental", reason=decision.reason)
+    source = _keys_merge_source(session, pipeline, plan, keys, ranges)
+    if count <= BROADCAST_ROW_LIMIT:  # one source row per affected key
+        source = F.broadcast(source)
+    clock.lap("recompute")
+    stats.update(merge_into_gold(session, target, plan, source, ranges, txn, version))
+    clock.lap("merge")
     return stats
 
 
@@ -356,7 +357,7 @@ def _keys_merge_source(
     base rows read through the key ranges, so Delta skips the other files), computed once."""
     base = plan.base.source
     base_current = session.read.table(silver_current_table(pipeline, base))
-    base_current = base_current.where(range_predicate(F.col(base.primary_key[0]), ranges)).join(
+    base_current = base_current.where(range_predicate(base.primary_key[0], ranges)).join(
         keys, list(base.primary_key), "left_semi"
     )
     live = {s.name: live_rows(session, pipeline, s) for s in plan.sources}
@@ -435,16 +436,13 @@ def append_to_empty_gold(
     else can fill it between the emptiness check and this append; a replayed batch is skipped
     by its transaction tag.
     """
-    from delta.tables import DeltaTable
-
     target = gold_table(pipeline, plan.view.name)
-    table = DeltaTable.forName(session, target)
-    before = table.history(1).first()["version"]
+    before = last_commit(session, target)["version"]
     (rows,) = table_rows(session, [silver_current_table(pipeline, plan.base.source)])  # about one gold row each
     view_rows = clustered(full_recompute(session, pipeline, plan.view.name), plan.key_columns, rows)
     with delta_txn(session, app_id, version):
         view_rows.write.format("delta").mode("append").saveAsTable(target)
-    last = table.history(1).first()
+    last = last_commit(session, target)
     if last["version"] == before:  # skipped: this batch's append had already committed
         return 0
     return int(last["operationMetrics"].get("numOutputRows", 0))
@@ -483,15 +481,17 @@ def view_stream(
     """The view's query for the shared runner (silver's change feeds -> `_ViewMaintainer`);
     `prepare` creates its tables just before it starts."""
     plan = view_plan(pipeline, view)
-    maintainer = _ViewMaintainer(pipeline, plan, run, progress)
+    post = PostOffice(spark, pipeline, lambda outcome: _count_batch(run, outcome, progress))
+    checkpoint = checkpoint_dir(lake, pipeline.name, f"gold_{view}")
+    maintainer = _ViewMaintainer(pipeline, plan, checkpoint, post.mailbox)
     return StreamSpec(
         name=f"gold {view}",
         query_name=maintainer.query_name,
-        checkpoint=checkpoint_dir(lake, pipeline.name, f"gold_{view}"),
+        checkpoint=checkpoint,
         build=lambda: change_stream(spark, pipeline, plan, max_files_per_trigger).writeStream.foreachBatch(maintainer),
         prepare=(lambda: prepare_view(spark, pipeline, plan)) if prepare else (lambda: None),
-        started=maintainer.started,
         processing_time=pipeline.options.interval("gold"),
+        collect=post.collect,
     )
 
 

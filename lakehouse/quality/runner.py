@@ -502,24 +502,21 @@ def _validate_table(spark: SparkSession, context: Any, datasource: Any, gx: Any,
         if (exc.getCondition() or "") in _MISSING_TABLE_CONDITIONS:
             return TableOutcome(ts.layer, ts.table, ts.suite.name, skipped="table not found")
         return TableOutcome(ts.layer, ts.table, ts.suite.name, outcomes=_errored(ts, exc), seconds=time.monotonic() - began)
-    # Cached once: GX runs several actions per table and each would otherwise list and read the
-    # Delta files again. The count materializes the cache and is the table-level element count.
-    df = df.cache()
+    # Read once (a local checkpoint, not a cache: Spark Connect and serverless refuse caching):
+    # GX runs several actions per table and each would otherwise list and read the Delta files again.
+    df = df.localCheckpoint(eager=True)
+    rows = df.count()
+    asset = datasource.add_dataframe_asset(name=ts.name)
+    batch_definition = asset.add_batch_definition_whole_dataframe("all")
+    suite = context.suites.add(ts.suite)
+    validation = context.validation_definitions.add(
+        gx.ValidationDefinition(name=ts.name, data=batch_definition, suite=suite)
+    )
     try:
-        rows = df.count()
-        asset = datasource.add_dataframe_asset(name=ts.name)
-        batch_definition = asset.add_batch_definition_whole_dataframe("all")
-        suite = context.suites.add(ts.suite)
-        validation = context.validation_definitions.add(
-            gx.ValidationDefinition(name=ts.name, data=batch_definition, suite=suite)
-        )
-        try:
-            result = validation.run(batch_parameters={"dataframe": df}, result_format=RESULT_FORMAT)
-            outcomes = tuple(_outcome(ts, r, rows) for r in result.results)
-        except Exception as exc:  # a table whose layout broke the whole validation: report, go on
-            outcomes = _errored(ts, exc)
-    finally:
-        df.unpersist()
+        result = validation.run(batch_parameters={"dataframe": df}, result_format=RESULT_FORMAT)
+        outcomes = tuple(_outcome(ts, r, rows) for r in result.results)
+    except Exception as exc:  # a table whose layout broke the whole validation: report, go on
+        outcomes = _errored(ts, exc)
     return TableOutcome(ts.layer, ts.table, ts.suite.name, outcomes=outcomes, seconds=time.monotonic() - began)
 
 

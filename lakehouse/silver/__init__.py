@@ -97,7 +97,6 @@ from lakehouse.silver.plan import (  # noqa: F401
     CHANGE_OPS,
     TRUNCATE_OP,
     TOMBSTONE_OP,
-    APP_ID_FILE,
     BROADCAST_KEYS_LIMIT,
     Truncate,
     changes_from_bronze,
@@ -136,7 +135,6 @@ from lakehouse.silver.apply import (  # noqa: F401
     apply_batch,
 )
 from lakehouse.silver.runner import (  # noqa: F401
-    stream_app_id,
     silver_checkpoint,
     run_silver,
     silver_streams,

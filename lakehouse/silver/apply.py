@@ -10,11 +10,11 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any, Sequence
 
-from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from lakehouse.declaration import Pipeline, Source
+from lakehouse.deltasql import matched_delete, matched_update, merge, not_matched_insert, source_values
 from lakehouse.silver.held import hold_changes
 from lakehouse.silver.layout import (
     compacted_before,
@@ -35,6 +35,7 @@ from lakehouse.silver.plan import (
     classify_changes,
     dedupe_changes,
     key_bounds_condition,
+    key_bounds_sql,
     late_records,
     plan_current,
     plan_history,
@@ -49,6 +50,7 @@ from lakehouse.silver.snapshots import (
     versions,
 )
 from lakehouse.spark import table_exists, write_time
+from lakehouse.sqltext import quote
 from lakehouse.tables import (
     SEQUENCE_TYPE,
     bronze_table,
@@ -375,37 +377,22 @@ def _record_truncates(
 
 
 def _merge_history(spark: SparkSession, name: str, plan: DataFrame, source: Source, bounds: dict[str, tuple[Any, Any]]) -> None:
-    cond = key_bounds_condition("t", bounds)
-    for k in [*source.primary_key, "_sequence"]:
-        cond = cond & (F.col(f"t.{k}") == F.col(f"s.{k}"))
-    cols = [f.name for f in silver_history_schema(source).fields if f.name != "_recorded_at"]
-    values = {c: F.col(f"s.{c}") for c in cols} | {"_recorded_at": write_time()}
-    (
-        DeltaTable.forName(spark, name).alias("t")
-        .merge(plan.alias("s"), cond)
-        .whenMatchedDelete(condition=F.col("s._action") == "delete")
-        .whenMatchedUpdate(condition=F.col("s._action") != "delete", set=values)
-        .whenNotMatchedInsert(condition=F.col("s._action") != "delete", values=values)
-        .execute()
+    on = " AND ".join([key_bounds_sql("t", bounds)] + [f"t.{quote(k)} = s.{quote(k)}" for k in [*source.primary_key, "_sequence"]])
+    values = source_values([f.name for f in silver_history_schema(source).fields])
+    merge(
+        plan.withColumn("_recorded_at", write_time()), name, on,
+        [matched_delete("s._action = 'delete'"), matched_update(values, "s._action != 'delete'"),
+         not_matched_insert(values, "s._action != 'delete'")],
     )
 
 
 def _merge_current(spark: SparkSession, name: str, plan: DataFrame, source: Source, bounds: dict[str, tuple[Any, Any]]) -> None:
-    cond = key_bounds_condition("t", bounds)
-    for k in source.primary_key:
-        cond = cond & (F.col(f"t.{k}") == F.col(f"s.{k}"))
-    cols = [f.name for f in silver_current_schema(source).fields if f.name != "_updated_at"]
-    values = {c: F.col(f"s.{c}") for c in cols} | {"_updated_at": write_time()}
-    replaces = replaces_current(
-        F.col("s._sequence"), F.col("s._row_hash"), F.col("s._deleted"),
-        F.col("t._sequence"), F.col("t._row_hash"), F.col("t._deleted"),
-    )
-    (
-        DeltaTable.forName(spark, name).alias("t")
-        .merge(plan.alias("s"), cond)
-        .whenMatchedUpdate(condition=replaces, set=values)
-        .whenNotMatchedInsert(condition=~F.col("s._deleted"), values=values)
-        .execute()
+    on = " AND ".join([key_bounds_sql("t", bounds)] + [f"t.{quote(k)} = s.{quote(k)}" for k in source.primary_key])
+    values = source_values([f.name for f in silver_current_schema(source).fields])
+    replaces = replaces_current("s._sequence", "s._row_hash", "s._deleted", "t._sequence", "t._row_hash", "t._deleted")
+    merge(
+        plan.withColumn("_updated_at", write_time()), name, on,
+        [matched_update(values, replaces), not_matched_insert(values, "NOT s._deleted")],
     )
 
 

@@ -27,7 +27,9 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from lakehouse.declaration import Pipeline, Rule, Source
+from lakehouse.deltasql import create_table, last_commit, matched_update, merge
 from lakehouse.spark import write_time
+from lakehouse.sqltext import quote
 from lakehouse.tables import delta_txn, held_changes_schema, held_changes_table, key_struct
 
 log = logging.getLogger("lakehouse.silver")
@@ -85,13 +87,10 @@ def _held_rows(changes: DataFrame, source: Source, batch_id: int | None) -> Data
 
 
 def ensure_held_table(spark: SparkSession, pipeline: Pipeline, source: Source) -> str:
-    from delta.tables import DeltaTable
-
     name = held_changes_table(pipeline, source)
     if not spark.catalog.tableExists(name):
-        (DeltaTable.createIfNotExists(spark).tableName(name).addColumns(held_changes_schema(source))
-         .comment(f"Changes of source {source.name!r} held out of silver by a quarantine rule (_released_at: let through again)")
-         .execute())
+        create_table(spark, name, held_changes_schema(source),
+                     comment=f"Changes of source {source.name!r} held out of silver by a quarantine rule (_released_at: let through again)")
     return name
 
 
@@ -115,16 +114,13 @@ def release_held(spark: SparkSession, pipeline: Pipeline, source: Source, app_id
     """Apply the held changes that pass the rules declared now, and mark them released; how
     many. Idempotent: applying a change twice changes nothing, and a release interrupted
     between the two is finished by the next one."""
-    from delta.tables import DeltaTable
-
     from lakehouse.silver.apply import SilverStats, StreamState, _Clock, apply_changes
     from lakehouse.silver.layout import compacted_before, read_truncates
 
     name = held_changes_table(pipeline, source)
     if not spark.catalog.tableExists(name):
         return 0
-    table = DeltaTable.forName(spark, name)
-    version = int(table.history(1).first()["version"])
+    version = int(last_commit(spark, name)["version"])
     waiting = spark.table(name).where(F.col("_released_at").isNull())
     free = waiting.withColumn("_still", first_failing_rule(source.quarantine_rules)).where(F.col("_still").isNull())
     keys = [*source.primary_key, "_sequence"]
@@ -140,8 +136,8 @@ def release_held(spark: SparkSession, pipeline: Pipeline, source: Source, app_id
     apply_changes(changes if moves else changes.drop("_old_key"), pipeline, source, app_id, version, StreamState(truncates=truncates), stats,
                   _Clock(f"silver {source.name} release at held version {version}"), known_truncates=truncates,
                   horizon=compacted_before(spark, pipeline, source), moves=moves)
-    on = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys) + " AND t._released_at IS NULL"
+    on = " AND ".join(f"t.{quote(k)} <=> s.{quote(k)}" for k in keys) + " AND t._released_at IS NULL"
     with delta_txn(spark, f"{app_id}:released", version):
-        table.alias("t").merge(free.select(*keys).alias("s"), on).whenMatchedUpdate(set={"_released_at": write_time()}).execute()
+        merge(free.select(*keys).withColumn("_released_at", write_time()), name, on, [matched_update({"_released_at": "s._released_at"})])
     log.info("silver %s: %d held change(s) pass the rules now and were applied", source.name, n)
     return n

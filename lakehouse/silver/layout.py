@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
@@ -18,6 +17,7 @@ from pyspark.sql.types import (
 
 from lakehouse.comments import apply_comments, commented, silver_comments
 from lakehouse.declaration import Pipeline, Source
+from lakehouse.deltasql import create_table
 from lakehouse.errors import CdcEnrichError
 from lakehouse.silver.plan import COMPACTED_BEFORE_PROPERTY, Truncate
 from lakehouse.tables import (
@@ -121,12 +121,7 @@ def _create(spark: SparkSession, name: str, schema: StructType, properties: dict
     """Create the table (True), or add the columns a source gained since (a column added upstream;
     bronze adds it too; False). Existing rows read null for it. A changed type is an error."""
     if not spark.catalog.tableExists(name):
-        builder = DeltaTable.createIfNotExists(spark).tableName(name).addColumns(schema)
-        for k, v in properties.items():
-            builder = builder.property(k, v)
-        if comment:
-            builder = builder.comment(comment)
-        builder.execute()
+        create_table(spark, name, schema, properties=properties, comment=comment)
         return True
     existing = {f.name: f.dataType for f in spark.table(name).schema.fields}
     conflicts = [f"{f.name}: {existing[f.name].simpleString()} -> {f.dataType.simpleString()}"

@@ -18,6 +18,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from lakehouse.deltasql import sql_literal
+from lakehouse.sqltext import quote
 from lakehouse.declaration import Source
 from lakehouse.spark import write_time
 from lakehouse.tables import (
@@ -32,7 +34,6 @@ CHANGE_OPS = ("r", "c", "u", "d")
 TRUNCATE_OP = "t"
 TOMBSTONE_OP = "tombstone"
 SNAPSHOT_END_MARKERS = ("last_in_data_collection", "last")  # `source.snapshot` of a table's last snapshot record
-APP_ID_FILE = "_silver_app_id"
 BROADCAST_KEYS_LIMIT = 200_000  # a batch's keys are broadcast to the table scans up to this many
 log = logging.getLogger(__name__)
 
@@ -381,14 +382,15 @@ def plan_history(timeline: DataFrame, existing: DataFrame, source: Source) -> Da
 
 
 def replaces_current(
-    incoming_seq: Column, incoming_hash: Column, incoming_deleted: Column,
-    current_seq: Column, current_hash: Column, current_deleted: Column,
-) -> Column:
+    incoming_seq: str, incoming_hash: str, incoming_deleted: str,
+    current_seq: str, current_hash: str, current_deleted: str,
+) -> str:
     """The only condition under which a current row is replaced: a newer version, or the same
     version with a different content (a TOAST value corrected); never an identical rewrite and
-    never a marker by another marker."""
-    newer = (incoming_seq > current_seq) | ((incoming_seq == current_seq) & ~incoming_hash.eqNullSafe(current_hash))
-    return newer & ~(incoming_deleted & current_deleted)
+    never a marker by another marker. SQL text over the six columns' expressions: silver's
+    MERGE condition and `plan_current`'s filter alike."""
+    newer = f"({incoming_seq} > {current_seq} OR ({incoming_seq} = {current_seq} AND NOT ({incoming_hash} <=> {current_hash})))"
+    return f"({newer} AND NOT ({incoming_deleted} AND {current_deleted}))"
 
 
 def plan_current(timeline: DataFrame, existing_current: DataFrame, source: Source) -> DataFrame:
@@ -415,9 +417,8 @@ def plan_current(timeline: DataFrame, existing_current: DataFrame, source: Sourc
     )
     joined = last.join(cur, keys, "left")
     insert = F.col("_cur_exists").isNull() & ~F.col("_deleted")
-    update = F.col("_cur_exists").isNotNull() & replaces_current(
-        F.col("_sequence"), F.col("_row_hash"), F.col("_deleted"),
-        F.col("_cur_sequence"), F.col("_cur_hash"), F.col("_cur_deleted"),
+    update = F.col("_cur_exists").isNotNull() & F.expr(
+        replaces_current("_sequence", "_row_hash", "_deleted", "_cur_sequence", "_cur_hash", "_cur_deleted")
     )
     current_cols = [f.name for f in silver_current_schema(source).fields if f.name != "_updated_at"]
     return (
@@ -505,17 +506,22 @@ def history_as_of(history: DataFrame, ts: datetime | str, source: Source) -> Dat
     )
 
 
-def key_bounds_condition(alias: str | None, bounds: dict[str, tuple[Any, Any]]) -> Column:
+def key_bounds_sql(alias: str | None, bounds: dict[str, tuple[Any, Any]]) -> str:
     """`min <= key <= max` per key column: lets Delta skip files whose stats are outside.
 
     MERGE and the history read stay proportional to the batch when keys are clustered (new
     keys land in new files); with random keys it degrades to the full scan MERGE does anyway.
     """
-    cond = F.lit(True)
-    for k, (lo, hi) in bounds.items():
-        c = F.col(f"{alias}.{k}" if alias else k)
-        cond = cond & c.between(F.lit(lo), F.lit(hi))
-    return cond
+    terms = [
+        f"{alias + '.' if alias else ''}{quote(k)} BETWEEN {sql_literal(lo)} AND {sql_literal(hi)}"
+        for k, (lo, hi) in bounds.items()
+    ]
+    return " AND ".join(terms) or "TRUE"
+
+
+def key_bounds_condition(alias: str | None, bounds: dict[str, tuple[Any, Any]]) -> Column:
+    """`key_bounds_sql` as a DataFrame filter."""
+    return F.expr(key_bounds_sql(alias, bounds))
 
 
 def _bounded_keys(source: Source) -> list[str]:

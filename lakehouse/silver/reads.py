@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
@@ -12,6 +11,7 @@ from pyspark.sql.types import (
 )
 
 from lakehouse.declaration import Pipeline, Source
+from lakehouse.deltasql import delete_matching
 from lakehouse.silver.layout import compacted_before, toast_table
 from lakehouse.silver.plan import COMPACTED_BEFORE_PROPERTY, history_as_of
 from lakehouse.tables import (
@@ -49,15 +49,13 @@ def compact_history(
     cutoff = now - timedelta(days=days)
     name = silver_history_table(pipeline, src)
     expired = F.col("_valid_to").isNotNull() & (F.col("_valid_to") < F.lit(cutoff).cast(TimestampType()))
-    count = spark.table(name).filter(expired).count()
+    keys = [*src.primary_key, "_sequence"]
+    doomed = spark.table(name).filter(expired).select(*keys).localCheckpoint(eager=True)
+    count = doomed.count()
     if count:
-        DeltaTable.forName(spark, name).delete(expired)
-        keys = [*src.primary_key, "_sequence"]
+        delete_matching(doomed, name, keys)
         orphans = spark.table(toast_table(pipeline, src)).join(spark.table(name).select(*keys), keys, "left_anti")
-        cond = F.lit(True)
-        for k in keys:
-            cond = cond & (F.col(f"t.{k}") == F.col(f"s.{k}"))
-        DeltaTable.forName(spark, toast_table(pipeline, src)).alias("t").merge(orphans.alias("s"), cond).whenMatchedDelete().execute()
+        delete_matching(orphans, toast_table(pipeline, src), keys)
     previous = compacted_before(spark, pipeline, src)
     horizon = max(cutoff, previous) if previous else cutoff
     millis = int(horizon.timestamp() * 1000)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import uuid
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable
 
@@ -10,12 +10,13 @@ from pyspark.sql import DataFrame, SparkSession
 
 from lakehouse.declaration import Pipeline, Source
 from lakehouse.errors import CdcEnrichError
-from lakehouse.metrics import note_batch, recording_metrics
+from lakehouse.checkpoints import silver_app_id
+from lakehouse.metrics import recording_metrics
+from lakehouse.outcomes import Mailbox, Outcome, PostOffice
 from lakehouse.paths import checkpoint_dir
 from lakehouse.silver.apply import SilverReport, SilverStats, StreamState, apply_batch
 from lakehouse.silver.held import release_held
 from lakehouse.silver.layout import ensure_silver_tables
-from lakehouse.silver.plan import APP_ID_FILE
 from lakehouse.streaming import StreamSpec, run_streams
 from lakehouse.tables import (
     bronze_table,
@@ -23,20 +24,6 @@ from lakehouse.tables import (
 )
 
 # --------------------------------------------------------------------------- runner
-
-
-def stream_app_id(checkpoint: Path) -> str:
-    """The txn appId of one stream: a uuid kept inside its checkpoint.
-
-    Delta skips a write whose (appId, version) is not above the last recorded; batch ids
-    restart at 0 with a new checkpoint, so the appId must change with the checkpoint, or a
-    reset stream would silently write nothing.
-    """
-    checkpoint.mkdir(parents=True, exist_ok=True)
-    marker = checkpoint / APP_ID_FILE
-    if not marker.exists():
-        marker.write_text(f"silver-{uuid.uuid4()}\n")
-    return marker.read_text().strip()
 
 
 def silver_checkpoint(pipeline: Pipeline, source: Source, lake: Path) -> Path:
@@ -80,9 +67,16 @@ def silver_streams(
     """Silver's queries (one per source, at silver's interval) and the report their batches
     fill, for `run_silver` or a continuous run of every stage."""
     report = SilverReport()
+
+    def receive(outcome: Outcome) -> None:
+        report.add(outcome.subject, SilverStats(**outcome.stats))
+        if progress is not None and outcome.line:
+            progress(outcome.line)
+
+    post = PostOffice(spark, pipeline, receive)
     names = sources or list(pipeline.sources)
     return [
-        _silver_stream(spark, pipeline, lake, pipeline.source(name), report, progress, max_files_per_trigger) for name in names
+        _silver_stream(spark, pipeline, lake, pipeline.source(name), report, post, progress, max_files_per_trigger) for name in names
     ], report
 
 
@@ -92,6 +86,7 @@ def _silver_stream(
     lake: Path,
     source: Source,
     report: SilverReport,
+    post: PostOffice,
     progress: Callable[[str], None] | None,
     max_files_per_trigger: int | None = None,
 ) -> StreamSpec:
@@ -106,26 +101,18 @@ def _silver_stream(
         ensure_silver_tables(spark, pipeline, source)
 
     def build() -> Any:
-        app_id = stream_app_id(checkpoint)
+        app_id = silver_app_id(checkpoint)
         report.sources.setdefault(source.name, SilverStats())
         released = release_held(spark, pipeline, source, f"{app_id}:release")  # what a fixed rule lets through
         if released:
             report.add(source.name, SilverStats(released=released))
             if progress is not None:
                 progress(f"silver {source.name}: {released} held change(s) pass the quarantine rules now and were applied")
-        state = StreamState()
-
-        def on_batch(batch_df: DataFrame, batch_id: int) -> None:
-            stats = apply_batch(batch_df, batch_id, pipeline, source, app_id, state)
-            report.add(source.name, stats)
-            note_batch(query_name, batch_id, stats.changes_read, stats.current_upserted, stats.held)
-            if progress is not None:
-                progress(f"silver {source.name} batch {batch_id}: {stats.describe()}")
-
         reader = spark.readStream.format("delta")
         if max_files_per_trigger:
             reader = reader.option("maxFilesPerTrigger", max_files_per_trigger)
-        return reader.table(bronze).writeStream.foreachBatch(on_batch)
+        batches = SilverBatches(pipeline, source, app_id, query_name, post.mailbox)
+        return reader.table(bronze).writeStream.foreachBatch(batches)
 
     return StreamSpec(
         name=f"silver {source.name}",
@@ -134,4 +121,23 @@ def _silver_stream(
         build=build,
         prepare=prepare,
         processing_time=pipeline.options.interval("silver"),
+        collect=post.collect,
     )
+
+
+class SilverBatches:
+    """The foreachBatch function of one source's query: each batch applied by `apply_batch`,
+    its outcome mailed to the run. Picklable (declarations, strings, a mailbox) for Spark
+    Connect; the stream's state lives where the function runs."""
+
+    def __init__(self, pipeline: Pipeline, source: Source, app_id: str, query_name: str, mailbox: Mailbox) -> None:
+        self.pipeline, self.source, self.app_id, self.query_name, self.mailbox = pipeline, source, app_id, query_name, mailbox
+        self.state = StreamState()
+
+    def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
+        stats = apply_batch(batch_df, batch_id, self.pipeline, self.source, self.app_id, self.state)
+        self.mailbox.send(batch_df.sparkSession, Outcome(
+            self.query_name, batch_id, self.source.name, asdict(stats),
+            f"silver {self.source.name} batch {batch_id}: {stats.describe()}",
+            stats.changes_read, stats.current_upserted, stats.held,
+        ))

@@ -12,13 +12,13 @@ maintainer that drives gold in tests lives in `testkit.reference_silver`.
 
 from __future__ import annotations
 
-import uuid
 from typing import Iterable, Mapping
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from lakehouse.declaration import Pipeline, View
+from lakehouse.deltasql import sql_with_frames
 from lakehouse.sqltext import SPARK, render_view
 from lakehouse.tables import (
     silver_current_table,
@@ -35,23 +35,15 @@ def oracle_sql(pipeline: Pipeline, view: View | str, relations: Mapping[str, str
 
 
 def oracle_view(spark: SparkSession, pipeline: Pipeline, view: View | str, state: Mapping[str, DataFrame]) -> DataFrame:
-    """The view's rows over `state` (live rows per source): `oracle_sql` over temp views.
-
-    The temp views are dropped once the statement is analysed; the DataFrame keeps its plan.
-    """
+    """The view's rows over `state` (live rows per source): `oracle_sql` with the state's frames
+    as the statement's parameters (no temp views: the result is read lazily under Spark Connect)."""
     view = pipeline.view(view)
-    token = uuid.uuid4().hex[:8]
-    names: dict[str, str] = {}
+    frames: dict[str, DataFrame] = {}
     for alias in view.aliases:
         source = pipeline.source(view.table_of(alias))
-        if source.name not in names:
-            names[source.name] = f"oracle_{token}_{source.name}"
-            state[source.name].select(*source.column_names).createOrReplaceTempView(names[source.name])
-    try:
-        return spark.sql(oracle_sql(pipeline, view, names))
-    finally:
-        for name in names.values():
-            spark.catalog.dropTempView(name)
+        if source.name not in frames:
+            frames[source.name] = state[source.name].select(*source.column_names)
+    return sql_with_frames(spark, lambda names: oracle_sql(pipeline, view, names), frames)
 
 
 def silver_live_state(spark: SparkSession, pipeline: Pipeline, sources: Iterable[str] | None = None) -> dict[str, DataFrame]:

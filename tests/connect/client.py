@@ -1,0 +1,60 @@
+"""The pipeline as a Spark Connect client runs it: bronze (SQL pass), silver, gold, verify and
+quality through one `get_spark()` session, which `SPARK_REMOTE` makes a Connect session.
+
+Run as its own process by tests/connect/test_spark_connect.py (a process is either a Connect
+client or a classic driver: pyspark picks its column implementation process-wide). Prints one
+JSON line with what each stage reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+from lakehouse.bronze import run_bronze
+from lakehouse.declaration import load_pipeline
+from lakehouse.gold import run_gold
+from lakehouse.quality.runner import run_quality
+from lakehouse.silver import run_silver
+from lakehouse.spark import ensure_schemas, get_spark, is_connect
+from lakehouse.verify.views import verify_pipeline
+from testkit.bench.ingest import isolated_pipeline
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--pipeline", type=Path, required=True)
+    parser.add_argument("--tag", required=True)
+    parser.add_argument("--lake", type=Path, required=True)
+    parser.add_argument("--bootstrap", required=True)
+    parser.add_argument("--truth", type=Path, required=True)
+    args = parser.parse_args()
+
+    assert os.environ.get("SPARK_REMOTE"), "set SPARK_REMOTE to the server's sc:// URL"
+    spark = get_spark(args.lake)
+    pipeline = isolated_pipeline(load_pipeline(args.pipeline), args.tag)
+    ensure_schemas(spark, pipeline)
+    lines: list[str] = []
+    bronze = run_bronze(spark, pipeline, args.lake, args.bootstrap, progress=lines.append)
+    silver = run_silver(spark, pipeline, args.lake, progress=lines.append)
+    gold = run_gold(spark, pipeline, args.lake, progress=lines.append)
+    verify = verify_pipeline(spark, pipeline, args.truth)
+    quality = run_quality(spark, pipeline, args.lake)
+    print(json.dumps({
+        "connect": is_connect(spark),
+        "bronze": {"records": bronze.records, "rows": bronze.rows, "quarantined": bronze.quarantined,
+                   "batches": bronze.batches, "decoding": bronze.decoding},
+        "silver": silver.as_dict(),
+        "gold": {name: {"batches": run.batches, "changes_read": run.changes_read, "inserted": run.inserted}
+                 for name, run in gold.views.items()},
+        "verify_ok": verify.ok,
+        "verify": verify.render(),
+        "quality": {"evaluated": quality.evaluated, "validated": len(quality.validated), "ok": quality.ok},
+        "progress_lines": lines,
+    }))
+
+
+if __name__ == "__main__":
+    main()
