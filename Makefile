@@ -6,7 +6,7 @@ CLI := $(VENV)/bin/cdc-enrich
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: setup demo test test-unit test-integration test-e2e test-slow test-postgres bench stack-up stack-down clean
+.PHONY: setup demo test test-unit test-integration test-e2e test-connect test-slow test-postgres bench stack-up stack-down clean
 
 setup:
 	@bash tools/setup.sh
@@ -29,6 +29,9 @@ test-integration: setup
 
 test-e2e: setup
 	@$(PY) -m pytest -q tests/e2e
+
+test-connect: setup
+	@$(PY) -m pytest -q tests/connect
 
 test-slow: setup
 	@$(PY) -m pytest -q -m "slow" tests

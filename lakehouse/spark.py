@@ -93,6 +93,15 @@ def local_spark_conf(lake: Path, ui: bool = False) -> dict[str, str]:
     }
 
 
+def column_cache_key() -> int:
+    """What a process-wide cache of built Columns is keyed by: on a classic session Columns are
+    objects of one JVM (its py4j gateway); a Spark Connect client has no JVM (the key of None),
+    and its Columns are plain expressions."""
+    from pyspark import SparkContext
+
+    return id(SparkContext._gateway)
+
+
 def application_id(spark: SparkSession) -> str:
     """The Spark application behind `spark` (classic or Connect): what a process-wide cache of
     checked tables is keyed by, since a new application may see another catalog."""

@@ -27,7 +27,7 @@ from lakehouse.bronze.fast_sql import (
     sql_pass,
 )
 from lakehouse.declaration import Source
-from lakehouse.spark import is_connect
+from lakehouse.spark import column_cache_key, is_connect
 from lakehouse.tables import (
     bronze_schema,
 )
@@ -62,7 +62,7 @@ def decoder_available(spark: SparkSession) -> bool:
     a Java UDF is built through py4j, which a Connect client does not have."""
     if is_connect(spark):
         return False
-    return _decoder_loaded(id(spark.sparkContext._gateway))
+    return _decoder_loaded(column_cache_key())
 
 
 @functools.lru_cache(maxsize=8)
@@ -94,9 +94,7 @@ class JvmPass:
 
 def jvm_pass(source: Source, headers: bool = True) -> JvmPass:
     """`source`'s JVM pass (Kafka rows with or without `headers`); needs the decoder's jar."""
-    from pyspark import SparkContext
-
-    return _build_jvm_pass(source, headers, id(SparkContext._gateway))
+    return _build_jvm_pass(source, headers, column_cache_key())
 
 
 @functools.lru_cache(maxsize=256)

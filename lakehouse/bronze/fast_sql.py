@@ -30,6 +30,7 @@ from lakehouse import ordering
 from lakehouse.bronze import debezium as dbz
 from lakehouse.declaration import Column, Source
 from lakehouse.errors import CdcEnrichError
+from lakehouse.spark import column_cache_key
 from lakehouse.tables import (
     bronze_schema,
 )
@@ -396,14 +397,12 @@ def sql_pass(source: Source, headers: bool = True) -> SqlPass:
     Built once per source and JVM, then reused by every run in the process (a scheduled
     stream's restarts, `cdc-enrich run`'s cycles): the build is thousands of py4j calls.
     """
-    from pyspark import SparkContext
-
-    return _build_sql_pass(source, headers, id(SparkContext._gateway))
+    return _build_sql_pass(source, headers, column_cache_key())
 
 
 @functools.lru_cache(maxsize=256)
-def _build_sql_pass(source: Source, headers: bool, _jvm: int) -> SqlPass:
-    """(`_jvm` keys the cache: the columns are objects of one JVM.)"""
+def _build_sql_pass(source: Source, headers: bool, _columns_of: int) -> SqlPass:
+    """(`_columns_of` keys the cache: `column_cache_key`.)"""
     st = _Staging()
     st.levels.append((_old_key_header(headers).alias("_old_key_header"),))
     images = ("before", "after")

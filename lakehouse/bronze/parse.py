@@ -25,7 +25,7 @@ from lakehouse.bronze.fast_sql import (
 )
 from lakehouse.declaration import Pipeline, Source
 from lakehouse.errors import CdcEnrichError
-from lakehouse.spark import write_time
+from lakehouse.spark import column_cache_key, write_time
 from lakehouse.tables import (
     bronze_schema,
     quarantine_schema,
@@ -116,15 +116,13 @@ def fast_bronze_rows(source: Source, decoded: DataFrame) -> DataFrame:
     """The fast pass's rows in exactly bronze's layout: `_fast_rows` then `bronze_rows` in two
     projections of columns built once per source (each DataFrame step and each column is
     py4j work; a stream pays it in every micro-batch, five streams at once)."""
-    from pyspark import SparkContext
-
-    exploded, carried = _fast_bronze_columns(source, id(SparkContext._gateway))
+    exploded, carried = _fast_bronze_columns(source, column_cache_key())
     now = write_time().alias("_ingested_at")
     return decoded.select(exploded).select(*[now if c is None else c for c in carried])
 
 
 @functools.lru_cache(maxsize=256)
-def _fast_bronze_columns(source: Source, _jvm: int) -> tuple[SqlColumn, tuple[SqlColumn | None, ...]]:
+def _fast_bronze_columns(source: Source, _columns_of: int) -> tuple[SqlColumn, tuple[SqlColumn | None, ...]]:
     """(the exploded fast rows, bronze's columns in order with None for `_ingested_at`)."""
     schema = bronze_schema(source)
     names = [c for c in schema.fieldNames() if c != "_ingested_at"]

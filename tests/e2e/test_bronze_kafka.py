@@ -148,6 +148,7 @@ def test_fuzzed_traffic_through_kafka_bronze_plus_quarantine_is_everything(spark
     assert report.tables["products"].quarantined == len(expected_bad) - 1
     assert all(t.batches >= 2 for t in report.tables.values())  # at most 20 records per batch
     assert any("/products batch 1:" in m for m in messages) and "quarantine" in report.render()
+    assert report.decoding == "JVM decoder" and "parser hybrid: JVM decoder" in report.render()  # classic, jar attached
 
     again = bronze.run_bronze(spark, pipeline, lake, kafka_bootstrap)  # same checkpoint: nothing new
     assert again.records == 0 and again.rows == 0

@@ -23,7 +23,7 @@ from lakehouse.declaration import Pipeline
 from lakehouse.gold import run_gold
 from lakehouse.silver import run_silver
 from lakehouse.spark import ensure_schemas
-from lakehouse.tables import gold_table
+from lakehouse.tables import bronze_table, gold_table
 from lakehouse.verify.views import verify_pipeline
 from testkit.bench.ingest import isolated_pipeline
 from testkit.simulator import produce, simulate, write_truth
@@ -33,6 +33,14 @@ pytestmark = [pytest.mark.kafka]
 
 SEED, EVENTS = 21, 200
 INTERVALS = {"bronze": "1 second", "silver": "1 second", "gold": "1 second"}
+
+
+def _bronze_rows(spark: SparkSession, pipeline: Pipeline) -> int | None:
+    """Rows in the pipeline's bronze tables; None until the continuous run has created them all."""
+    tables = [bronze_table(pipeline, s) for s in pipeline.sources.values()]
+    if not all(spark.catalog.tableExists(t) for t in tables):
+        return None
+    return sum(spark.table(t).count() for t in tables)
 
 
 def _wait(condition, timeout_s: float, every_s: float = 3.0) -> bool:
@@ -71,10 +79,10 @@ def test_changes_produced_while_running_reach_gold_and_a_stop_loses_nothing(
     runner.start()
     try:
         half = len(sim.records) // 2
-        time.sleep(5)  # the queries start
+        assert _wait(lambda: bool(outcome) or _bronze_rows(spark, pipeline) == 0, 120, every_s=1)  # the queries started
         produce(sim.records[:half], kafka_bootstrap)  # everything arrives while every query runs,
-        time.sleep(5)
-        produce(sim.records[half:], kafka_bootstrap)  # in two bursts a few triggers apart
+        assert _wait(lambda: bool(outcome) or _bronze_rows(spark, pipeline) == half, 120, every_s=1), "bronze never read the first burst"
+        produce(sim.records[half:], kafka_bootstrap)  # in two bursts, the second after bronze read the first
         assert _wait(lambda: bool(outcome) or verify_pipeline(spark, pipeline, tmp_path / "truth").ok, 300, every_s=5), (
             "gold never converged to the truth while running:\n" + verify_pipeline(spark, pipeline, tmp_path / "truth").render()
         )
