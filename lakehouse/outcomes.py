@@ -12,10 +12,10 @@ reads back while its queries run and once they stop. A batch function holds only
 from __future__ import annotations
 
 import json
-import logging
 import threading
 import uuid
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
 from typing import Any, Callable, Mapping, Protocol
 
 from pyspark.sql import SparkSession
@@ -23,11 +23,10 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
 from lakehouse.declaration import Pipeline
-from lakehouse.deltasql import create_table
+from lakehouse.deltasql import create_table, sql_literal
 from lakehouse.metrics import note_batch
 from lakehouse.spark import is_connect, write_time
 
-log = logging.getLogger("lakehouse.outcomes")
 
 OUTCOMES_SCHEMA = StructType(
     [
@@ -141,3 +140,10 @@ class PostOffice:
                 deliver(outcome, self.receive)
         return len(fresh)
 
+
+
+def prune_outcomes(spark: SparkSession, pipeline: Pipeline, keep_days: int, now: datetime | None = None) -> int:
+    """Drop batch outcomes older than `keep_days` (a run reads only its own, while it runs); how many."""
+    cutoff = (now or datetime.now(timezone.utc)) - timedelta(days=keep_days)
+    rows = spark.sql(f"DELETE FROM {outcomes_table(pipeline)} WHERE written_at < {sql_literal(cutoff)}").collect()
+    return int(rows[0][0]) if rows and rows[0][0] is not None else 0

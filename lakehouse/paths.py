@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import re
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Union
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_LAKE = Path(".lake")
@@ -27,9 +30,39 @@ def jars(kind: str) -> list[Path]:
     return sorted(folder.glob("*.jar")) if folder.is_dir() else []
 
 
-def checkpoint_dir(lake: Path, pipeline_name: str, stream: str) -> Path:
-    """One checkpoint per stream; CDC_ENRICH_CHECKPOINTS moves them (e.g. a UC volume)."""
-    base = Path(os.environ["CDC_ENRICH_CHECKPOINTS"]) if os.environ.get("CDC_ENRICH_CHECKPOINTS") else lake / "checkpoints"
+@dataclass(frozen=True)
+class Uri:
+    """A location with a scheme (`s3://`, `abfss://`, `gs://`, `dbfs:/`, `file:/`), kept as text
+    (pathlib would fold its `//`) and read through Spark, that is Hadoop's filesystems
+    (`lakehouse.checkpoints`)."""
+
+    text: str
+
+    def __truediv__(self, part: str) -> "Uri":
+        return Uri(self.text.rstrip("/") + "/" + part) if part else self
+
+    def __str__(self) -> str:
+        return self.text
+
+    @property
+    def name(self) -> str:
+        return self.text.rstrip("/").rsplit("/", 1)[-1]
+
+
+Location = Union[Path, Uri]
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:/")
+
+
+def location(text: str | os.PathLike[str]) -> Location:
+    """A URI as a `Uri`, anything else as a local (or FUSE-mounted: `/Volumes/...`) path."""
+    raw = os.fspath(text)
+    return Uri(raw) if _SCHEME.match(raw) else Path(raw)
+
+
+def checkpoint_dir(lake: Path, pipeline_name: str, stream: str) -> Location:
+    """One checkpoint per stream; CDC_ENRICH_CHECKPOINTS moves them (a UC volume, or any URI
+    Spark can write: `s3://bucket/checkpoints`)."""
+    base = location(os.environ["CDC_ENRICH_CHECKPOINTS"]) if os.environ.get("CDC_ENRICH_CHECKPOINTS") else lake / "checkpoints"
     return base / pipeline_name / stream
 
 

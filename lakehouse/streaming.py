@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from lakehouse.paths import Location
 from lakehouse.errors import CdcEnrichError, PipelineConfigError, StreamError, TableLayoutError, UnknownNameError
 from lakehouse.secrets import redact
 
@@ -127,7 +128,7 @@ class StreamSpec:
 
     name: str  # for messages: "bronze shop/orders", "silver products", "gold orders_enriched"
     query_name: str
-    checkpoint: Path
+    checkpoint: Location
     build: Callable[[], Any]
     prepare: Callable[[], None] = _nothing
     started: Callable[[str], None] = _nothing

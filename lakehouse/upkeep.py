@@ -25,6 +25,7 @@ from typing import Callable
 from pyspark.sql import SparkSession
 
 from lakehouse.declaration import Pipeline
+from lakehouse.outcomes import outcomes_table, prune_outcomes
 from lakehouse.silver.reads import compact_history
 from lakehouse.streaming import first_line
 from lakehouse.tables import is_commit_conflict, silver_history_table
@@ -126,6 +127,10 @@ def maintain(
                 continue  # an events source keeps no history; a source silver has not reached yet has none
             run(silver_history_table(pipeline, source), "compact",
                 lambda s=source: f"{compact_history(spark, pipeline, s, now=now)} versions dropped, {pipeline.options.history_retention_days} days kept")
+    if "compact" in steps and spark.catalog.tableExists(outcomes_table(pipeline)):  # made by Spark Connect runs
+        days = pipeline.options.time_travel_days
+        run(outcomes_table(pipeline), "compact",
+            lambda: f"{prune_outcomes(spark, pipeline, days, now)} batch outcomes dropped, {days} days kept")
     tables = pipeline_tables(spark, pipeline)
     if "optimize" in steps:
         for table in tables:

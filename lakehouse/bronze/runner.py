@@ -33,7 +33,7 @@ from lakehouse.kafka import KafkaConnection, as_connection, check_connection, ka
 from lakehouse.checkpoints import query_id, uncommitted_batch
 from lakehouse.metrics import recording_metrics
 from lakehouse.outcomes import Mailbox, Outcome, PostOffice
-from lakehouse.paths import checkpoint_dir
+from lakehouse.paths import Location, checkpoint_dir, location
 from lakehouse.streaming import StreamSpec, check_trigger, first_line, run_streams
 from lakehouse.tables import (
     bronze_table,
@@ -199,7 +199,7 @@ class _Stream:
 
     name = ""
 
-    def __init__(self, pipeline: Pipeline, checkpoint: Path, mailbox: Mailbox) -> None:
+    def __init__(self, pipeline: Pipeline, checkpoint: Location, mailbox: Mailbox) -> None:
         self.pipeline = pipeline
         self.checkpoint = checkpoint
         self.mailbox = mailbox
@@ -211,17 +211,16 @@ class _Stream:
         """The streaming query's name (metrics rows and the Spark UI carry it)."""
         return f"bronze_{self.pipeline.name}_{self.name}"
 
-    @property
-    def app_id(self) -> str:
+    def app_id(self, spark: SparkSession) -> str:
         """The commit tags' app id: the query id, kept in the checkpoint (a new checkpoint gets a new one)."""
         if self._app_id is None:
-            self._app_id = f"cdc-enrich-bronze-{query_id(self.checkpoint)}"
+            self._app_id = f"cdc-enrich-bronze-{query_id(self.checkpoint, spark)}"
         return self._app_id
 
-    def reset(self) -> None:
+    def reset(self, spark: SparkSession) -> None:
         """Before a (re)start: the batch id the previous run left uncommitted (the only one this
         run can replay), or None."""
-        self._replayable = uncommitted_batch(self.checkpoint)
+        self._replayable = uncommitted_batch(self.checkpoint, spark)
 
     def may_replay(self, batch_id: int) -> bool:
         return batch_id == self._replayable
@@ -262,7 +261,7 @@ def _count_batch(report: BronzeReport, outcome: Outcome, say: Callable[[str], No
 class _SourceStream(_Stream):
     """One source's topic -> its bronze table (+ quarantine for what does not decode)."""
 
-    def __init__(self, pipeline: Pipeline, source: Source, parser: str, checkpoint: Path, mailbox: Mailbox) -> None:
+    def __init__(self, pipeline: Pipeline, source: Source, parser: str, checkpoint: Location, mailbox: Mailbox) -> None:
         super().__init__(pipeline, checkpoint, mailbox)
         self.source = source
         self.parser = parser
@@ -288,7 +287,7 @@ class _SourceStream(_Stream):
         first = self.may_replay(batch_id)
         table = bronze_table(self.pipeline, self.source)
         decoded, observation = counted(batch, f"bronze_{self.source.name}_{batch_id}")
-        wrote_fast = _append(spark, fast_bronze_rows(self.source, decoded), table, self.app_id, batch_id, first)
+        wrote_fast = _append(spark, fast_bronze_rows(self.source, decoded), table, self.app_id(spark), batch_id, first)
         counts = _observed(observation) if wrote_fast else None
         fast_done = time.monotonic()
         # No counts: a replay after a crash (Delta had the fast rows already); the Python pass
@@ -304,9 +303,9 @@ class _SourceStream(_Stream):
             tally = {bool(r["ok"]): int(r["count"]) for r in slow.groupBy(F.col("_reason").isNull().alias("ok")).count().collect()}
             good_slow, bad_n = tally.get(True, 0), tally.get(False, 0)
             if good_slow:
-                wrote_slow = _append(spark, bronze_rows(self.source, slow), table, f"{self.app_id}-python", batch_id, first)
+                wrote_slow = _append(spark, bronze_rows(self.source, slow), table, f"{self.app_id(spark)}-python", batch_id, first)
             if bad_n:
-                wrote_bad = _append(spark, quarantine_rows(self.source, slow), quarantine_table(self.pipeline), self.app_id, batch_id, first)
+                wrote_bad = _append(spark, quarantine_rows(self.source, slow), quarantine_table(self.pipeline), self.app_id(spark), batch_id, first)
         fast_written = total - good_slow - bad_n if wrote_fast else 0
         rows = fast_written + (good_slow if wrote_slow else 0)
         quarantined = bad_n if wrote_bad else 0
@@ -324,9 +323,9 @@ class _SourceStream(_Stream):
             return None
         wrote_rows = wrote_bad = True
         if good_n:
-            wrote_rows = _append(spark, bronze_rows(self.source, decoded), bronze_table(self.pipeline, self.source), self.app_id, batch_id, self.may_replay(batch_id))
+            wrote_rows = _append(spark, bronze_rows(self.source, decoded), bronze_table(self.pipeline, self.source), self.app_id(spark), batch_id, self.may_replay(batch_id))
         if bad_n:
-            wrote_bad = _append(spark, quarantine_rows(self.source, decoded), quarantine_table(self.pipeline), self.app_id, batch_id, self.may_replay(batch_id))
+            wrote_bad = _append(spark, quarantine_rows(self.source, decoded), quarantine_table(self.pipeline), self.app_id(spark), batch_id, self.may_replay(batch_id))
         rows, quarantined, replayed = good_n if wrote_rows else 0, bad_n if wrote_bad else 0, not (wrote_rows and wrote_bad)
         line = f"{good_n + bad_n} records, +{rows} rows, +{quarantined} quarantined{_replay_note(replayed)}"
         return self.outcome(batch_id, line, good_n + bad_n, rows, quarantined, replayed)
@@ -343,7 +342,7 @@ class _UndeclaredStream(_Stream):
         total = sum(per_topic.values())
         if not total:
             return None
-        wrote = _append(spark, unknown_topic_rows(self.pipeline, raw), quarantine_table(self.pipeline), self.app_id, batch_id, self.may_replay(batch_id))
+        wrote = _append(spark, unknown_topic_rows(self.pipeline, raw), quarantine_table(self.pipeline), self.app_id(spark), batch_id, self.may_replay(batch_id))
         line = f"{total} records on undeclared topics {', '.join(sorted(per_topic))} -> quarantine" + ("" if wrote else " (replayed, skipped)")
         return self.outcome(batch_id, line, total, 0, total if wrote else 0, not wrote, undeclared=total if wrote else 0)
 
@@ -360,7 +359,7 @@ def run_bronze(
     parser: str = "hybrid",
     undeclared_topics: bool = True,
     timeout_s: float | None = None,
-    checkpoint: Path | None = None,
+    checkpoint: Location | str | None = None,
 ) -> BronzeReport:
     """Ingest the pipeline's Debezium topics into bronze: one streaming query per source.
 
@@ -406,7 +405,7 @@ def bronze_streams(
     *,
     parser: str = "hybrid",
     undeclared_topics: bool = True,
-    checkpoint: Path | None = None,
+    checkpoint: Location | str | None = None,
     trigger: str = "processing_time",
 ) -> tuple[list[StreamSpec], BronzeReport, Callable[[str], None]]:
     """Bronze's queries (one per source, one for undeclared topics; at bronze's interval), the
@@ -414,7 +413,7 @@ def bronze_streams(
     continuous run of every stage. Creates the bronze tables."""
     _check_choice("parser", parser, PARSERS)
     lake = Path(lake)
-    base = Path(checkpoint) if checkpoint else checkpoint_dir(lake, pipeline.name, STREAM)
+    base = location(checkpoint) if checkpoint else checkpoint_dir(lake, pipeline.name, STREAM)
     max_offsets = max_offsets_per_trigger or pipeline.kafka.max_offsets_per_trigger
     starting = pipeline.kafka.starting_offsets
 
@@ -458,14 +457,14 @@ def bronze_streams(
     return [_bronze_stream(handler, frame, base, pipeline, post) for handler, frame in plans], report, say
 
 
-def _bronze_stream(handler: _Stream, frame: DataFrame, base: Path, pipeline: Pipeline, post: PostOffice) -> StreamSpec:
+def _bronze_stream(handler: _Stream, frame: DataFrame, base: Location, pipeline: Pipeline, post: PostOffice) -> StreamSpec:
     """One stream's query for the shared runner: `<base>/<stream>` checkpoint, commit tags bound to its id.
 
     Before every (re)start the handler learns which batch the previous run left uncommitted
     (the only one it may replay); after it, the query id its commit tags carry.
     """
     def build() -> Any:
-        handler.reset()
+        handler.reset(frame.sparkSession)
         return frame.writeStream.foreachBatch(handler)
 
     def failure(exc: BaseException) -> str:

@@ -45,7 +45,7 @@ from lakehouse.errors import UnknownNameError
 from lakehouse.checkpoints import query_id
 from lakehouse.metrics import recording_metrics
 from lakehouse.outcomes import Mailbox, Outcome, PostOffice
-from lakehouse.paths import checkpoint_dir
+from lakehouse.paths import Location, checkpoint_dir
 from lakehouse.streaming import AVAILABLE_NOW, Stream, StreamSpec, check_trigger, run_streams
 from lakehouse.tables import (
     delta_txn,
@@ -161,7 +161,7 @@ class _ViewMaintainer:
     """foreachBatch body of one view's query: subscriptions, affected keys, recompute, MERGE.
     Picklable (declarations, a path, a mailbox) for Spark Connect, where it runs in a worker."""
 
-    def __init__(self, pipeline: Pipeline, plan: ViewPlan, checkpoint: Path, mailbox: Mailbox) -> None:
+    def __init__(self, pipeline: Pipeline, plan: ViewPlan, checkpoint: Location, mailbox: Mailbox) -> None:
         self.pipeline = pipeline
         self.plan = plan
         self.checkpoint = checkpoint
@@ -174,10 +174,10 @@ class _ViewMaintainer:
         """The streaming query's name (metrics rows and the Spark UI carry it)."""
         return f"gold_{self.pipeline.name}_{self.plan.view.name}"
 
-    def app_id(self, target: str) -> str:
+    def app_id(self, session: SparkSession, target: str) -> str:
         """The commit tags' app id: the query's own id, kept in its checkpoint."""
         if self.query_id is None:
-            self.query_id = query_id(self.checkpoint)
+            self.query_id = query_id(self.checkpoint, session)
         return f"cdc-enrich/{self.pipeline.name}/gold_{self.plan.view.name}/{self.query_id}/{target}"
 
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
@@ -193,7 +193,7 @@ class _ViewMaintainer:
             self.pipeline,
             self.plan,
             decode_changes(self.plan, batch, list(counts)),
-            app_id=self.app_id,
+            app_id=lambda target: self.app_id(session, target),
             version=batch_id,
             gold_may_be_empty=not self.run_a_batch,
         )

@@ -13,7 +13,7 @@ from lakehouse.errors import CdcEnrichError
 from lakehouse.checkpoints import silver_app_id
 from lakehouse.metrics import recording_metrics
 from lakehouse.outcomes import Mailbox, Outcome, PostOffice
-from lakehouse.paths import checkpoint_dir
+from lakehouse.paths import Location, checkpoint_dir
 from lakehouse.silver.apply import SilverReport, SilverStats, StreamState, apply_batch
 from lakehouse.silver.held import release_held
 from lakehouse.silver.layout import ensure_silver_tables
@@ -26,7 +26,7 @@ from lakehouse.tables import (
 # --------------------------------------------------------------------------- runner
 
 
-def silver_checkpoint(pipeline: Pipeline, source: Source, lake: Path) -> Path:
+def silver_checkpoint(pipeline: Pipeline, source: Source, lake: Path) -> Location:
     """One checkpoint per target table (catalog and schema included, so variants never share)."""
     return checkpoint_dir(lake, pipeline.name, f"silver__{silver_current_table(pipeline, source)}")
 
@@ -101,7 +101,7 @@ def _silver_stream(
         ensure_silver_tables(spark, pipeline, source)
 
     def build() -> Any:
-        app_id = silver_app_id(checkpoint)
+        app_id = silver_app_id(checkpoint, spark)
         report.sources.setdefault(source.name, SilverStats())
         released = release_held(spark, pipeline, source, f"{app_id}:release")  # what a fixed rule lets through
         if released:

@@ -16,6 +16,7 @@ from pathlib import Path
 from lakehouse.bronze import run_bronze
 from lakehouse.declaration import load_pipeline
 from lakehouse.gold import run_gold
+from lakehouse.outcomes import prune_outcomes
 from lakehouse.quality.runner import run_quality
 from lakehouse.silver import run_silver
 from lakehouse.spark import ensure_schemas, get_spark, is_connect
@@ -40,18 +41,21 @@ def main() -> None:
     bronze = run_bronze(spark, pipeline, args.lake, args.bootstrap, progress=lines.append)
     silver = run_silver(spark, pipeline, args.lake, progress=lines.append)
     gold = run_gold(spark, pipeline, args.lake, progress=lines.append)
+    again = run_bronze(spark, pipeline, args.lake, args.bootstrap)  # resumes from its checkpoints
     verify = verify_pipeline(spark, pipeline, args.truth)
     quality = run_quality(spark, pipeline, args.lake)
+    pruned = prune_outcomes(spark, pipeline, keep_days=0)  # upkeep's step: the outcomes were read back
     print(json.dumps({
         "connect": is_connect(spark),
         "bronze": {"records": bronze.records, "rows": bronze.rows, "quarantined": bronze.quarantined,
-                   "batches": bronze.batches, "decoding": bronze.decoding},
+                   "batches": bronze.batches, "decoding": bronze.decoding, "again": again.records},
         "silver": silver.as_dict(),
         "gold": {name: {"batches": run.batches, "changes_read": run.changes_read, "inserted": run.inserted}
                  for name, run in gold.views.items()},
         "verify_ok": verify.ok,
         "verify": verify.render(),
         "quality": {"evaluated": quality.evaluated, "validated": len(quality.validated), "ok": quality.ok},
+        "outcomes_pruned": pruned,
         "progress_lines": lines,
     }))
 

@@ -5,7 +5,8 @@ a client process whose only session is `SPARK_REMOTE`'s, and gold equal to the o
 What it shows: every stage runs with no sparkContext, py4j or caching on the client; Delta is
 written through SQL (no Delta Connect plugin on the server); bronze picks its SQL pass by itself
 and says so; foreachBatch functions run in the server's Python worker and their outcomes come
-back to the run's report by table (`lakehouse.outcomes`); quality runs GX over Connect frames.
+back to the run's report by table (`lakehouse.outcomes`); quality runs GX over Connect frames;
+checkpoints given as a URI (`file:` here, `s3://` in production) are inspected through Spark.
 """
 
 from __future__ import annotations
@@ -41,7 +42,9 @@ def test_the_pipeline_runs_under_spark_connect_and_gold_equals_the_oracle(
 
     lake = tmp_path / "lake"  # its own metastore: the classic test session holds the suite's
     with connect_server(lake) as url:
-        env = dict(os.environ, SPARK_REMOTE=url, CDC_ENRICH_LAKE=str(lake))
+        # checkpoints as a URI, read and written through Spark (Hadoop's filesystem), as s3:// would be
+        checkpoints = tmp_path / "checkpoints"
+        env = dict(os.environ, SPARK_REMOTE=url, CDC_ENRICH_LAKE=str(lake), CDC_ENRICH_CHECKPOINTS=checkpoints.as_uri())
         done = subprocess.run(
             [sys.executable, "-m", "tests.connect.client", "--pipeline", str(shop_pipeline_path), "--tag", tag,
              "--lake", str(lake), "--bootstrap", kafka_bootstrap, "--truth", str(tmp_path / "truth")],
@@ -61,4 +64,10 @@ def test_the_pipeline_runs_under_spark_connect_and_gold_equals_the_oracle(
     assert sum(s["changes_read"] for s in silver.values()) > 0, silver
     assert all(run["batches"] >= 1 and run["inserted"] > 0 for run in result["gold"].values()), result["gold"]
     assert any(line.startswith("silver ") and " batch " in line for line in result["progress_lines"])
+    # one outcome per batch with data (and none left over): the upkeep step drops them
+    assert result["outcomes_pruned"] >= bronze["batches"] + len(silver) + len(result["gold"]), result["outcomes_pruned"]
+    assert bronze["again"] == 0, "bronze did not resume from its URI checkpoints"
+    streams = {p.name for p in (checkpoints / pipeline.name).iterdir()}
+    assert "bronze" in streams and any(n.startswith("silver__") for n in streams) and any(n.startswith("gold_") for n in streams), streams
+    assert all((checkpoints / pipeline.name / n / "silver_app_id").is_dir() for n in streams if n.startswith("silver__"))
     assert result["quality"]["validated"] > 0 and result["quality"]["evaluated"] > 0, result["quality"]

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import json
 import random
-import threading
 import uuid
 from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,6 +25,7 @@ from lakehouse.bronze import parse as bronze_parse
 from lakehouse.bronze import runner as bronze_runner
 from lakehouse.bronze.debezium import UNAVAILABLE
 from lakehouse.declaration import Pipeline, Source
+from lakehouse.outcomes import DirectMailbox
 from lakehouse.tables import (
     bronze_schema,
     bronze_table,
@@ -292,7 +293,7 @@ def test_the_old_key_header_of_a_primary_key_change_reaches_bronze(spark: SparkS
 # --------------------------------------------------------------------------- idempotent micro-batches
 
 
-def test_replayed_batch_writes_nothing_twice(spark: SparkSession, shop_pipeline: Pipeline) -> None:
+def test_replayed_batch_writes_nothing_twice(spark: SparkSession, shop_pipeline: Pipeline, tmp_path: Path) -> None:
     """A source stream's foreachBatch: the same batch id again (even after a partial write) adds nothing."""
     pipeline = isolated_pipeline(shop_pipeline, "replay" + _tag())
     orders = pipeline.source("orders")
@@ -307,9 +308,14 @@ def test_replayed_batch_writes_nothing_twice(spark: SparkSession, shop_pipeline:
         a crash that left this batch uncommitted (so it may be a replay)."""
         report = bronze.BronzeReport(pipeline.name, "-", "available_now", "hybrid", quarantine,
                                      tables={orders.name: bronze.TableReport(orders.name, table)})
-        handler = bronze_runner._SourceStream(pipeline, orders, "hybrid", report, threading.Lock(), lambda _m: None)
-        handler.reset(replayable=batch_id)
-        handler.bind(query_id)
+        # the checkpoint Spark would leave: the query's id, batch `batch_id` planned, not committed
+        checkpoint = tmp_path / f"{query_id}-{batch_id}-{_tag()}"
+        (checkpoint / "offsets").mkdir(parents=True)
+        (checkpoint / "offsets" / str(batch_id)).write_text("v1\n")
+        (checkpoint / "metadata").write_text(json.dumps({"id": query_id}) + "\n")
+        mailbox = DirectMailbox(lambda outcome: bronze_runner._count_batch(report, outcome, lambda _m: None))
+        handler = bronze_runner._SourceStream(pipeline, orders, "hybrid", checkpoint, mailbox)
+        handler.reset(spark)
         handler(handler.frame(batch), batch_id)
         return report
 
