@@ -35,13 +35,12 @@ def _names(folder: Location, session: Any) -> list[str]:
 
 
 def _read_or_none(read: Any) -> Any:
-    """`read()`, or None when Spark says the path does not exist."""
-    from pyspark.errors import AnalysisException
-
+    """`read()`, or None when Spark says the path does not exist (an AnalysisException on a
+    classic session; a Connect client may get it under another class, so the condition decides)."""
     try:
         return read()
-    except AnalysisException as exc:
-        if "PATH_NOT_FOUND" in str(exc) or "does not exist" in str(exc):
+    except Exception as exc:  # noqa: BLE001 - re-raised unless it is the missing path
+        if "PATH_NOT_FOUND" in str(exc):
             return None
         raise
 
@@ -100,8 +99,9 @@ def _uri_marker(marker: Uri, session: Any) -> str:
     if not rows:
         fresh = f"silver-{uuid.uuid4()}"
         try:
-            session.createDataFrame([(fresh,)], "value string").coalesce(1).write.mode("errorifexists").text(str(marker))
-        except Exception:  # noqa: BLE001 - another start wrote it first: read theirs
-            pass
+            session.createDataFrame([(fresh,)], "value string").coalesce(1).write.mode("error").text(str(marker))
+        except Exception as exc:  # noqa: BLE001 - another start wrote it first: read theirs
+            if "PATH_ALREADY_EXISTS" not in str(exc) and "already exists" not in str(exc):
+                raise
         rows = session.read.text(str(marker)).collect()
     return str(rows[0][0]).strip()

@@ -11,10 +11,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 from lakehouse.bronze import run_bronze
-from lakehouse.declaration import load_pipeline
+from lakehouse.declaration import Pipeline, load_pipeline
 from lakehouse.gold import run_gold
 from lakehouse.outcomes import prune_outcomes
 from lakehouse.quality.runner import run_quality
@@ -22,6 +23,16 @@ from lakehouse.silver import run_silver
 from lakehouse.spark import ensure_schemas, get_spark, is_connect
 from lakehouse.verify.views import verify_pipeline
 from testkit.bench.ingest import isolated_pipeline
+
+VIEW = "orders_enriched"  # one view and its two sources: every stage, and few queries to start
+
+
+def connect_pipeline(path: Path, tag: str) -> Pipeline:
+    """The shop pipeline under its own names (`tag`), narrowed to `VIEW` and the sources it reads."""
+    pipeline = isolated_pipeline(load_pipeline(path), tag)
+    view = pipeline.views[VIEW]
+    names = {view.table_of(alias) for alias in view.aliases}
+    return replace(pipeline, sources={n: s for n, s in pipeline.sources.items() if n in names}, views={VIEW: view})
 
 
 def main() -> None:
@@ -35,7 +46,7 @@ def main() -> None:
 
     assert os.environ.get("SPARK_REMOTE"), "set SPARK_REMOTE to the server's sc:// URL"
     spark = get_spark(args.lake)
-    pipeline = isolated_pipeline(load_pipeline(args.pipeline), args.tag)
+    pipeline = connect_pipeline(args.pipeline, args.tag)
     ensure_schemas(spark, pipeline)
     lines: list[str] = []
     bronze = run_bronze(spark, pipeline, args.lake, args.bootstrap, progress=lines.append)

@@ -22,6 +22,7 @@ import pytest
 from devstack.spark_connect import connect_server
 from testkit.bench.ingest import isolated_pipeline
 from testkit.simulator import produce, simulate, write_truth
+from tests.connect.client import connect_pipeline
 from tests.integration.test_bronze import _tag
 
 pytestmark = [pytest.mark.kafka]
@@ -34,11 +35,13 @@ SEED, EVENTS = 5, 300
 def test_the_pipeline_runs_under_spark_connect_and_gold_equals_the_oracle(
     shop_pipeline, shop_pipeline_path: Path, kafka_bootstrap: str, tmp_path: Path
 ) -> None:
+    """orders_enriched over orders and customers (`connect_pipeline`), through every stage."""
     tag = "connect" + _tag()
-    pipeline = isolated_pipeline(shop_pipeline, tag)
-    sim = simulate(pipeline, seed=SEED, events=EVENTS, chaos="some")
+    pipeline = connect_pipeline(shop_pipeline_path, tag)
+    sim = simulate(isolated_pipeline(shop_pipeline, tag), seed=SEED, events=EVENTS, chaos="some")
     write_truth(sim, tmp_path / "truth")
-    produce(sim.records, kafka_bootstrap)
+    records = [r for r in sim.records if r.topic in pipeline.topics]
+    produce(records, kafka_bootstrap)
 
     lake = tmp_path / "lake"  # its own metastore: the classic test session holds the suite's
     with connect_server(lake) as url:
@@ -57,9 +60,9 @@ def test_the_pipeline_runs_under_spark_connect_and_gold_equals_the_oracle(
     assert result["verify_ok"], result["verify"]
     bronze = result["bronze"]
     assert bronze["decoding"] == "SQL pass (Spark Connect: no JVM decoder)"
-    assert bronze["records"] == len(sim.records) and bronze["quarantined"] == 0, bronze
+    assert bronze["records"] == len(records) and bronze["quarantined"] == 0, bronze
     # the batch functions ran in the server's worker: their outcomes reached the report by table
-    assert bronze["rows"] == len(sim.records) and bronze["batches"] >= len(pipeline.sources), bronze
+    assert bronze["rows"] == len(records) and bronze["batches"] >= len(pipeline.sources), bronze
     silver = result["silver"]
     assert sum(s["changes_read"] for s in silver.values()) > 0, silver
     assert all(run["batches"] >= 1 and run["inserted"] > 0 for run in result["gold"].values()), result["gold"]
