@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterator
 
 from lakehouse.declaration import Pipeline, load_pipeline
 from lakehouse.errors import CdcEnrichError, PipelineConfigError
+from lakehouse.kafka import resolve_value
 from lakehouse.paths import local_broker_state
 from lakehouse.secrets import redact
 from lakehouse.streaming import TRIGGERS, check_trigger  # noqa: F401 (TRIGGERS: the entry points' --trigger choices)
@@ -60,8 +61,8 @@ def resolve_bootstrap(flag: str | None, pipeline: Pipeline, lake: Path) -> Boots
         return Bootstrap(flag, "flag")
     if os.environ.get(BOOTSTRAP_ENV):
         return Bootstrap(os.environ[BOOTSTRAP_ENV], "env")
-    if pipeline.kafka.bootstrap_servers:
-        return Bootstrap(pipeline.kafka.bootstrap_servers, "pipeline")
+    if pipeline.kafka.bootstrap_servers:  # may reference ${env:...} or ${secret:...} (serverless: no env vars)
+        return Bootstrap(resolve_value(pipeline.kafka.bootstrap_servers, "kafka.bootstrap_servers"), "pipeline")
     return Bootstrap(local_broker_bootstrap(lake), "local stack")
 
 

@@ -68,6 +68,18 @@ def option_problems(key: str, value: str) -> list[str]:
     if key in MANAGED_KEYS:
         where = "kafka.bootstrap_servers" if key == "bootstrap.servers" else "the service"
         return [f"{key} is set by {where}, not by kafka.options"]
+    problems = reference_problems(value)
+    if key in SECRET_KEYS and not only_references(value):
+        problems.append(f"{key} holds a secret: reference it (${{env:NAME}} or ${{secret:scope/key}}) instead of writing it in the file")
+    if key == JAAS_KEY:
+        for secret in re.findall(r'password\s*=\s*"([^"]*)"', value):
+            if not only_references(secret):
+                problems.append('the password in sasl.jaas.config must be a reference (password="${env:NAME}" or "${secret:scope/key}")')
+    return problems
+
+
+def reference_problems(value: str) -> list[str]:
+    """What is wrong with the `${env:NAME}` / `${secret:scope/key}` references in `value`."""
     problems = []
     for kind, name in REFERENCE.findall(value):
         if kind not in ("env", "secret"):
@@ -78,16 +90,11 @@ def option_problems(key: str, value: str) -> list[str]:
             problems.append("a ${secret:scope/key} reference needs a scope and a key")
     if "${" in REFERENCE.sub("", value):
         problems.append("an unterminated ${...} reference")
-    if key in SECRET_KEYS and not _only_references(value):
-        problems.append(f"{key} holds a secret: reference it (${{env:NAME}} or ${{secret:scope/key}}) instead of writing it in the file")
-    if key == JAAS_KEY:
-        for secret in re.findall(r'password\s*=\s*"([^"]*)"', value):
-            if not _only_references(secret):
-                problems.append('the password in sasl.jaas.config must be a reference (password="${env:NAME}" or "${secret:scope/key}")')
     return problems
 
 
-def _only_references(value: str) -> bool:
+def only_references(value: str) -> bool:
+    """Whether `value` is nothing but references (no literal text beside them)."""
     return bool(REFERENCE.search(value)) and not REFERENCE.sub("", value).strip()
 
 

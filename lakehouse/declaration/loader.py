@@ -40,7 +40,7 @@ from lakehouse.declaration.model import (
     ViewColumn,
 )
 from lakehouse.errors import PipelineConfigError
-from lakehouse.kafka import option_problems
+from lakehouse.kafka import only_references, option_problems, reference_problems
 
 # --------------------------------------------------------------------------- validation helpers
 
@@ -129,8 +129,12 @@ def _kafka(raw: Any, problems: Problems, pipeline_name: str) -> KafkaSettings:
         prefix = pipeline_name
     schema = _identifier(values.get("source_schema", "public"), _join(path, "source_schema"), problems, "source schema") or "public"
     bootstrap = values.get("bootstrap_servers")
-    if bootstrap is not None and not (isinstance(bootstrap, str) and re.match(r"^[^\s,]+:\d+(,[^\s,]+:\d+)*$", bootstrap)):
-        problems.add(_join(path, "bootstrap_servers"), f"expected host:port[,host:port...], got {_kind(bootstrap)}")
+    if isinstance(bootstrap, str) and "${" in bootstrap:  # a reference, resolved when a job starts
+        wrong = reference_problems(bootstrap) or ([] if only_references(bootstrap) else ["expected host:port[,host:port...] or a reference alone"])
+        for problem in wrong:
+            problems.add(_join(path, "bootstrap_servers"), problem)
+    elif bootstrap is not None and not (isinstance(bootstrap, str) and re.match(r"^[^\s,]+:\d+(,[^\s,]+:\d+)*$", bootstrap)):
+        problems.add(_join(path, "bootstrap_servers"), f"expected host:port[,host:port...] or a ${{env:NAME}} / ${{secret:scope/key}} reference, got {_kind(bootstrap)}")
         bootstrap = None
     return KafkaSettings(
         topic_prefix=prefix,

@@ -54,7 +54,7 @@ def main() -> None:
     gold = run_gold(spark, pipeline, args.lake, progress=lines.append)
     again = run_bronze(spark, pipeline, args.lake, args.bootstrap)  # resumes from its checkpoints
     verify = verify_pipeline(spark, pipeline, args.truth)
-    quality = run_quality(spark, pipeline, args.lake)
+    quality = run_quality(spark, pipeline)  # no lake: no Data Docs (HTML rendering, not Connect)
     pruned = prune_outcomes(spark, pipeline, keep_days=0)  # upkeep's step: the outcomes were read back
     print(json.dumps({
         "connect": is_connect(spark),

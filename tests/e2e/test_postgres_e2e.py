@@ -27,7 +27,7 @@ import pytest
 from devstack.procs import free_port
 from lakehouse.declaration import Pipeline, parse_pipeline
 
-TRANSACTIONS = int(os.environ.get("CDC_ENRICH_PG_E2E_TRANSACTIONS", "450"))
+TRANSACTIONS = int(os.environ.get("CDC_ENRICH_PG_E2E_TRANSACTIONS", "300"))
 RESNAPSHOT_TRANSACTIONS = int(os.environ.get("CDC_ENRICH_PG_E2E_RESNAPSHOT_TRANSACTIONS", "500"))
 SLOW_TRANSACTIONS = int(os.environ.get("CDC_ENRICH_PG_E2E_SLOW_TRANSACTIONS", "10000"))
 # One extra bronze -> silver -> gold round while the workload is half done (gold maintained

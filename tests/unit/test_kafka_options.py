@@ -107,3 +107,33 @@ def test_what_the_python_clients_cannot_follow_fails_before_any_job(options: dic
 def test_option_problems_never_quote_the_value() -> None:
     for key in ("ssl.key.password", "sasl.jaas.config", "Bad Key"):
         assert all("zz-secret-zz" not in p for p in option_problems(key, 'password="zz-secret-zz" zz-secret-zz'))
+
+
+def _with_bootstrap(value: str) -> str:
+    return GOOD.replace("kafka:\n", f"kafka:\n  bootstrap_servers: '{value}'\n", 1)
+
+
+def test_the_bootstrap_servers_may_be_a_reference_resolved_when_a_job_starts(monkeypatch, tmp_path) -> None:
+    from lakehouse.entry import resolve_bootstrap
+
+    pipeline = parse_pipeline(_with_bootstrap("${env:KAFKA_BOOTSTRAP}"))
+    assert pipeline.kafka.bootstrap_servers == "${env:KAFKA_BOOTSTRAP}"  # kept as written
+    monkeypatch.delenv("CDC_ENRICH_KAFKA_BOOTSTRAP", raising=False)
+    monkeypatch.setenv("KAFKA_BOOTSTRAP", "b-1.example.com:9096,b-2.example.com:9096")
+    assert resolve_bootstrap(None, pipeline, tmp_path).servers == "b-1.example.com:9096,b-2.example.com:9096"
+    assert parse_pipeline(_with_bootstrap("${secret:cdc-enrich/kafka-bootstrap}")).kafka.bootstrap_servers.startswith("${secret:")
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("${vault:x}", "unknown reference ${vault:...}"),
+        ("broker:9092,${env:MORE}", "expected host:port[,host:port...] or a reference alone"),
+        ("${env:X", "unterminated"),
+        ("not a list", "expected host:port[,host:port...] or a ${env:NAME} / ${secret:scope/key} reference, got"),
+    ],
+)
+def test_a_bad_bootstrap_reference_names_the_field(value: str, expected: str) -> None:
+    with pytest.raises(PipelineConfigError) as exc:
+        parse_pipeline(_with_bootstrap(value))
+    assert "kafka.bootstrap_servers" in str(exc.value) and expected in str(exc.value), str(exc.value)
