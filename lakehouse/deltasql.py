@@ -74,7 +74,8 @@ def merge_sql(target: str, on: str, clauses: Sequence[When], source: str = "sour
 
 def merge(source: DataFrame, target: str, on: str, clauses: Sequence[When]) -> dict[str, int]:
     """Run a MERGE of `source` into `target` in the source's own session (a foreachBatch's
-    session under Spark Connect); Delta's counts: inserted, updated, deleted."""
+    session under Spark Connect); Delta's counts: inserted, updated, deleted (all 0 when Delta
+    skipped it: its txn appId/version, `tables.delta_txn`, was applied already)."""
     statement = sql_with_frames(source.sparkSession, lambda names: merge_sql(target, on, clauses, names["s"]), {"s": source})
     rows = statement.collect()
     row = rows[0].asDict() if rows else {}
