@@ -140,9 +140,10 @@ def create_table_sql(
     return text
 
 
-def column_ddl(field: StructField) -> str:
-    """One column's DDL: quoted name, type, NOT NULL, COMMENT (from the field's metadata)."""
-    text = f"{quote(field.name)} {type_ddl(field.dataType)}"
+def column_ddl(field: StructField, separator: str = " ") -> str:
+    """One column's DDL: quoted name, type, NOT NULL, COMMENT (from the field's metadata); a
+    struct's field is written the same way with `: ` between name and type."""
+    text = f"{quote(field.name)}{separator}{type_ddl(field.dataType)}"
     if not field.nullable:
         text += " NOT NULL"
     if field.metadata.get("comment"):
@@ -153,15 +154,7 @@ def column_ddl(field: StructField) -> str:
 def type_ddl(data_type: DataType) -> str:
     """A type in DDL, nested field names quoted (Spark's `simpleString` leaves them bare)."""
     if isinstance(data_type, StructType):
-        fields = []
-        for f in data_type.fields:
-            text = f"{quote(f.name)}: {type_ddl(f.dataType)}"
-            if not f.nullable:
-                text += " NOT NULL"
-            if f.metadata.get("comment"):
-                text += f" COMMENT {string_literal(f.metadata['comment'])}"
-            fields.append(text)
-        return f"STRUCT<{', '.join(fields)}>"
+        return f"STRUCT<{', '.join(column_ddl(f, ': ') for f in data_type.fields)}>"
     if isinstance(data_type, ArrayType):
         return f"ARRAY<{type_ddl(data_type.elementType)}>"
     if isinstance(data_type, MapType):

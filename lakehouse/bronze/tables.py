@@ -34,7 +34,8 @@ def ensure_bronze_tables(spark: SparkSession, pipeline: Pipeline) -> None:
         (bronze_table(pipeline, s), bronze_schema(s), f"bronze of Kafka topic {s.topic}", BRONZE_STATS_COLUMNS)
         for s in pipeline.sources.values()
     ] + [(quarantine_table(pipeline), quarantine_schema(), "records that could not be parsed or validated", QUARANTINE_STATS_COLUMNS)]
-    keys = [_checked_key(spark, name, schema, stats) for name, schema, _, stats in wanted]
+    app = application_id(spark)
+    keys = [(app, name, schema.json(), ",".join(stats)) for name, schema, _, stats in wanted]
     if all(k in _CHECKED for k in keys) and _all_exist(spark, [name for name, *_ in wanted]):
         return
     ensure_schemas(spark, pipeline)
@@ -72,10 +73,6 @@ STATS_PROPERTY = "delta.dataSkippingStatsColumns"
 # stream's later runs then ask the catalog only whether the tables still exist instead of
 # reading their properties and schemas again (~0.8 s for the shop's six tables).
 _CHECKED: set[tuple[str, str, str, str]] = set()
-
-
-def _checked_key(spark: SparkSession, name: str, schema: StructType, stats_columns: tuple[str, ...]) -> tuple[str, str, str, str]:
-    return (application_id(spark), name, schema.json(), ",".join(stats_columns))
 
 
 def _ensure_table(spark: SparkSession, name: str, schema: StructType, comment: str, stats_columns: tuple[str, ...]) -> None:

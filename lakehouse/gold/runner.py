@@ -183,7 +183,7 @@ class _ViewMaintainer:
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
         session = batch_df.sparkSession
-        batch = batch_df.localCheckpoint(eager=True)  # read once: counted, then split by source
+        batch = batch_df.localCheckpoint(eager=False)  # kept by the count below, then split by source
         counts = {r["_source"]: r["count"] for r in batch.groupBy("_source").count().collect()}
         if not counts:
             return
@@ -331,7 +331,7 @@ def _refresh_gold(
     )
     if keys is None:
         return stats
-    keys = keys.localCheckpoint(eager=True)  # read by the count, the ranges and the recompute
+    keys = keys.localCheckpoint(eager=False)  # kept by the first read: the count, the ranges, the recompute
     count, ranges = count_and_ranges(keys, base.primary_key[0], KEY_COLLECT_LIMIT)
     stats["affected_keys"] = count
     clock.lap("keys")

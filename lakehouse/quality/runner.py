@@ -504,8 +504,8 @@ def _validate_table(spark: SparkSession, context: Any, datasource: Any, gx: Any,
         return TableOutcome(ts.layer, ts.table, ts.suite.name, outcomes=_errored(ts, exc), seconds=time.monotonic() - began)
     # Read once (a local checkpoint, not a cache: Spark Connect and serverless refuse caching):
     # GX runs several actions per table and each would otherwise list and read the Delta files again.
-    df = df.localCheckpoint(eager=True)
-    rows = df.count()
+    df = df.localCheckpoint(eager=False)
+    rows = df.count()  # fills the checkpoint
     asset = datasource.add_dataframe_asset(name=ts.name)
     batch_definition = asset.add_batch_definition_whole_dataframe("all")
     suite = context.suites.add(ts.suite)
