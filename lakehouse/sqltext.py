@@ -68,11 +68,33 @@ def render_view(pipeline: Pipeline, view: View | str, relations: Mapping[str, st
             on = f"{quote_qualified(join.alias, target.primary_key[0], dialect=dialect)} = {expression_sql(join, dialect)}"
         else:
             on = " AND ".join(f"{right} = {left}" for right, left in _join_pairs(pipeline, view, join, keys, dialect))
+        if view.temporal:
+            on = f"{on} AND {valid_at(join.alias, event_time(view, dialect), dialect)}"
         lines.append(f"{dialect.join_keyword(join)} {relations[target.name]} AS {quote(join.alias, dialect)} ON {on}")
         if join.is_outer:
             keys = _coalesced_keys(keys, join.alias, target, dialect)
     select = ",\n".join(f"  {expr} AS {quote(name, dialect)}" for name, expr in _select_items(view, base, keys, dialect))
     return "SELECT\n" + select + "\n" + "\n".join(lines)
+
+
+#: The column of an as-of view's base relation holding the event's source commit time (silver's name).
+COMMIT_TIME = "_source_ts"
+
+
+def event_time(view: View, dialect: Dialect = SPARK) -> str:
+    """An as-of view's time, qualified by its base alias: the declared `as_of` column, or the
+    event's source commit time (`COMMIT_TIME`)."""
+    return quote_qualified(view.base, view.as_of or COMMIT_TIME, dialect=dialect)
+
+
+def valid_at(alias: str, time: str, dialect: Dialect = SPARK) -> str:
+    """A history version of `alias` is the one valid at `time`: `_valid_from <= time <
+    _valid_to` (an open end is null), and not a deletion. The one statement of KIP-914's
+    timestamped lookup, for the oracle in both dialects (gold's join applies it in
+    `lakehouse.gold.as_of`)."""
+    a = lambda column: quote_qualified(alias, column, dialect=dialect)  # noqa: E731
+    return (f"NOT {a('_deleted')} AND {a('_valid_from')} <= {time} "
+            f"AND ({a('_valid_to')} IS NULL OR {time} < {a('_valid_to')})")
 
 
 def expression_sql(join: Join, dialect: Dialect = SPARK) -> str:

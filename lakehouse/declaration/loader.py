@@ -441,15 +441,15 @@ def _view(name: str, raw: Any, sources: dict[str, Source], problems: Problems) -
     values = _mapping(raw, path, problems)
     if not values:
         return None
-    _unknown_keys(values, ("base", "joins", "columns", "description", "expectations"), path, problems)
+    _unknown_keys(values, ("base", "joins", "columns", "description", "expectations", "as_of"), path, problems)
     base = _identifier(values.get("base"), _join(path, "base"), problems, "base source")
     if base is None:
         return None
     if base not in sources:
         problems.add(_join(path, "base"), f"unknown source {base!r} (declared: {', '.join(sorted(sources))})")
         return None
-    if sources[base].is_event_stream:
-        problems.add(_join(path, "base"), f"source {base!r} is an append-only event stream; a gold view's base must be a table")
+    temporal = sources[base].is_event_stream
+    as_of = _as_of_column(values, path, sources[base], temporal, problems)
     alias_tables: dict[str, str] = {base: base}
     joins: list[Join] = []
     raw_joins = values.get("joins", [])
@@ -484,11 +484,35 @@ def _view(name: str, raw: Any, sources: dict[str, Source], problems: Problems) -
     for pk_col in sources[base].primary_key:
         if not any(c.alias == base and c.column == pk_col for c in columns):
             problems.add(_join(path, "columns"), f"must select the base table's primary key column {base}.{pk_col} (gold rows are keyed by it)")
+    if temporal:
+        for i, join in enumerate(joins):
+            if join.is_primary_key_join:
+                problems.add(f"{path}.joins[{i}]", f"an as-of view (its base {base!r} is an events source) joins through foreign keys "
+                                                   "or global keys, each as of the event's time; a primary-key join is not supported here")
     return View(
-        name=name, base=base, joins=tuple(joins), columns=tuple(columns),
+        name=name, base=base, joins=tuple(joins), columns=tuple(columns), temporal=temporal, as_of=as_of,
         description=_description(values.get("description"), _join(path, "description"), problems),
         rules=_rules(values.get("expectations"), _join(path, "expectations"), tuple(c.name for c in columns), problems, on_source=False),
     )
+
+
+def _as_of_column(values: dict, path: str, base: Source, temporal: bool, problems: Problems) -> str | None:
+    """`as_of: <timestamp column of the base>`: the time an as-of view looks its joins up at
+    (default: the event's commit time). Only a view based on an events source has one."""
+    if "as_of" not in values:
+        return None
+    where = _join(path, "as_of")
+    if not temporal:
+        problems.add(where, f"only a view based on an events source is joined as of a time; {base.name!r} is kind {base.kind}")
+        return None
+    column = values["as_of"]
+    if not isinstance(column, str) or column not in base.column_names:
+        problems.add(where, f"expected a timestamp column of {base.name!r} ({', '.join(base.column_names)}), got {_kind(column)}")
+        return None
+    if base.column(column).type != "timestamp":
+        problems.add(where, f"{base.name}.{column} is {base.column(column).type}; the as-of time must be a timestamp column")
+        return None
+    return column
 
 
 def _view_join(path: str, raw: Any, alias_tables: dict[str, str], sources: dict[str, Source], problems: Problems) -> Join | None:

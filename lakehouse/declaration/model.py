@@ -112,7 +112,8 @@ class Source:
 
     @property
     def is_event_stream(self) -> bool:
-        """An append-only `events` source: no current state of its own, never a view's base."""
+        """An `events` source (payments, clicks): facts in time; a view based on one is an as-of
+        view (`View.temporal`), each event joined with the versions valid at its time."""
         return self.kind == "events"
 
     @property
@@ -197,6 +198,11 @@ class View:
     columns: tuple[ViewColumn, ...]
     description: str | None = None
     rules: tuple[Rule, ...] = ()
+    #: An as-of (temporal) view: its base is an `events` source and every join reads the version
+    #: of the joined row valid at the event's time (`lakehouse.gold.as_of`), not the current one.
+    temporal: bool = False
+    #: An as-of view's time: a timestamp column of the base; None = the event's source commit time.
+    as_of: str | None = None
 
     def table_of(self, alias: str) -> str:
         if alias == self.base:
@@ -353,7 +359,7 @@ def iter_foreign_key_relations(pipeline: Pipeline) -> Iterator[tuple[Source, For
     seen: set[tuple[str, str]] = set()
     for view in pipeline.views.values():
         for join in view.joins:
-            if not join.is_foreign_key_join:
+            if not join.is_foreign_key_join or view.temporal:  # an as-of view keeps its own index
                 continue
             left, fk = pipeline.join_relation(view, join)
             if (left.name, fk.name) not in seen:

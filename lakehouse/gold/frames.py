@@ -178,12 +178,15 @@ def _union(parts: Sequence[DataFrame]) -> DataFrame:
     return out
 
 
-def _alias_frame(alias: AliasPlan, live: DataFrame) -> DataFrame:
-    return live.select(
+def alias_frame(alias: AliasPlan, rows: DataFrame, *extra: Column) -> DataFrame:
+    """One alias's rows inside a join: its used columns under internal names, their hash, the
+    version's `_sequence` and `_source_ts` (and `extra` columns as they are)."""
+    return rows.select(
         *[F.col(c).alias(alias.col(c)) for c in alias.used],
         content_hash([F.col(c) for c in alias.used]).alias(alias.hash_col),
         F.col("_sequence").alias(alias.seq_col),
         F.col("_source_ts").alias(alias.ts_col),
+        *extra,
     )
 
 
@@ -211,7 +214,7 @@ def join_view(
                 *[F.col(b).alias(a) for b, a in zip(base.source.primary_key, alias.source.primary_key)]
             )
             df = df.join(keys, list(alias.source.primary_key), "left_semi")
-        frames.append(_alias_frame(alias, df))
+        frames.append(alias_frame(alias, df))
     joined = frames[0]
     key_exprs: list[Column] = [F.col(base.col(k)) for k in base.source.primary_key]
     for alias, frame in zip(plan.aliases[1:], frames[1:]):
@@ -234,6 +237,16 @@ def join_view(
         joined = joined.join(frame, cond, JOIN_TYPES[join.type])
         if join.is_outer:
             key_exprs = [F.coalesce(k, F.col(alias.col(p))) for k, p in zip(key_exprs, alias.source.primary_key)]
+    return view_rows(plan, joined, key_exprs)
+
+
+def view_rows(plan: ViewPlan, joined: DataFrame, key_exprs: Sequence[Column] | None = None) -> DataFrame:
+    """Gold's columns from a joined frame of alias frames (`alias_frame`): the outputs, each
+    alias's lineage, the row hash and the freshness columns. `key_exprs`: the base key's
+    expressions (coalesced after an outer join; default the base alias's own columns)."""
+    base = plan.base
+    if key_exprs is None:
+        key_exprs = [F.col(base.col(k)) for k in base.source.primary_key]
     outputs: list[Column] = []
     for c in plan.view.columns:
         alias = plan.alias(c.alias)

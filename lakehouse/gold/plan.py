@@ -142,11 +142,13 @@ def view_plan(pipeline: Pipeline, view: View | str) -> ViewPlan:
         source = pipeline.source(view.table_of(alias))
         join = None if i == 0 else view.joins[i - 1]
         wanted = set(source.primary_key) | outgoing[alias] | {c.column for c in view.columns if c.alias == alias}
+        if i == 0 and view.as_of:
+            wanted.add(view.as_of)  # an as-of view's time
         used = tuple(c for c in source.column_names if c in wanted)
         aliases.append(AliasPlan(i, alias, source, join, None if join is None else index[join.parent_alias], used))
     relations: list[tuple[Source, ForeignKey]] = []
-    for join in view.joins:
-        if join.is_foreign_key_join:
+    for join in view.joins:  # an as-of view looks its joins up through its own index instead (lakehouse.gold.as_of)
+        if join.is_foreign_key_join and not view.temporal:
             rel = pipeline.join_relation(view, join)
             if all((p.name, f.name) != (rel[0].name, rel[1].name) for p, f in relations):
                 relations.append(rel)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, SparkSession
 
 from lakehouse.declaration import Pipeline
+from lakehouse.gold.as_of import as_of_view
 from lakehouse.gold.delta import live_rows
 from lakehouse.gold.frames import join_view
 from lakehouse.gold.plan import view_plan
@@ -16,8 +17,11 @@ from lakehouse.tables import (
 
 
 def full_recompute(spark: SparkSession, pipeline: Pipeline, view: str) -> DataFrame:
-    """The whole view from silver current: the batch join an incremental run must equal."""
+    """The whole view from silver: the batch join an incremental run must equal (an as-of view's
+    from the events and the joined sources' history, `lakehouse.gold.as_of`)."""
     plan = view_plan(pipeline, view)
+    if plan.view.temporal:
+        return as_of_view(spark, pipeline, plan)
     live = {s.name: live_rows(spark, pipeline, s) for s in plan.sources}
     return join_view(plan, live)
 

@@ -9,11 +9,14 @@ from typing import Any, Callable, Mapping, Sequence
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructField, StructType
 
 from lakehouse.deltasql import last_commit
 from lakehouse.declaration import Pipeline, Source
-from lakehouse.gold import expression_join
+from lakehouse.gold import as_of, expression_join
+from lakehouse.gold.clock import PhaseClock
+from lakehouse.gold.feeds import Feed, feed_fields
+from lakehouse.gold.feeds import change_stream as feeds_change_stream
+from lakehouse.gold.feeds import decode_changes
 from lakehouse.gold.analyst import ensure_analyst_view
 from lakehouse.gold.cost import RefreshDecision, RefreshEstimate, choose_refresh, forced_refresh
 from lakehouse.gold.delta import (
@@ -50,6 +53,7 @@ from lakehouse.streaming import AVAILABLE_NOW, Stream, StreamSpec, check_trigger
 from lakehouse.tables import (
     delta_txn,
     gold_table,
+    silver_current_schema,
     silver_current_table,
     subscription_table,
 )
@@ -81,7 +85,7 @@ class ViewRun:
         return (
             f"{self.view}: {self.batches} batch(es), {self.changes_read} change(s) read, "
             f"{self.affected_keys} key(s) recomputed, +{self.inserted} ~{self.updated} -{self.deleted} "
-            f"gold rows, {self.subscriptions_written} subscription row(s) written, {self.seconds:.1f}s"
+            f"gold rows, {self.subscriptions_written} subscription or index row(s) written, {self.seconds:.1f}s"
             + (f"; paths: {', '.join(f'{p} {n}' for p, n in self.paths.items())}" if self.paths else "")
         )
 
@@ -94,17 +98,6 @@ class GoldReport:
         return "\n".join(["gold:"] + [f"  {run.line()}" for run in self.views.values()])
 
 
-def _struct_of(source: Source, columns: Sequence[str]) -> StructType:
-    silver = {f.name: f for f in _silver_fields(source)}
-    return StructType([StructField(c, silver[c].dataType, True) for c in columns])
-
-
-def _silver_fields(source: Source) -> list[StructField]:
-    from lakehouse.tables import silver_current_schema
-
-    return list(silver_current_schema(source).fields)
-
-
 def _change_columns(plan: ViewPlan, source: Source) -> tuple[str, ...]:
     """The columns of a source's change rows this view needs: keys, its fks, and metadata."""
     fk_cols: list[str] = []
@@ -114,47 +107,19 @@ def _change_columns(plan: ViewPlan, source: Source) -> tuple[str, ...]:
     return tuple(dict.fromkeys(source.primary_key + tuple(fk_cols))) + ("_row_hash", "_sequence", "_deleted")
 
 
+def current_feeds(pipeline: Pipeline, plan: ViewPlan) -> list[Feed]:
+    """A current-state view reads the change feed of every silver current table it joins."""
+    return [
+        Feed(s.name, silver_current_table(pipeline, s), feed_fields(silver_current_schema(s), _change_columns(plan, s)))
+        for s in plan.sources
+    ]
+
+
 def change_stream(
     spark: SparkSession, pipeline: Pipeline, plan: ViewPlan, max_files_per_trigger: int | None = None
 ) -> DataFrame:
-    """One stream: the union of the change feeds of every silver table the view reads, tagged.
-
-    Each source's rows sit in their own struct column (`_s<i>`, null for other sources), so the
-    union keeps exact types without serialising to JSON. `max_files_per_trigger` caps each
-    feed's files per batch (Delta's default: 1,000).
-    """
-    structs = [_struct_of(s, _change_columns(plan, s)) for s in plan.sources]
-    union: DataFrame | None = None
-    for i, source in enumerate(plan.sources):
-        reader = spark.readStream.format("delta").option("readChangeFeed", "true").option("startingVersion", 0)
-        if max_files_per_trigger:
-            reader = reader.option("maxFilesPerTrigger", max_files_per_trigger)
-        stream = reader.table(silver_current_table(pipeline, source))
-        cols = [
-            F.lit(source.name).alias("_source"),
-            F.col("_change_type"),
-            F.col("_commit_version").cast("long").alias("_commit_version"),
-        ]
-        for j, struct in enumerate(structs):
-            if j == i:
-                cols.append(F.struct(*[F.col(c) for c in struct.fieldNames()]).alias(f"_s{j}"))
-            else:
-                cols.append(F.lit(None).cast(struct).alias(f"_s{j}"))
-        part = stream.select(*cols)
-        union = part if union is None else union.unionByName(part)
-    assert union is not None
-    return union
-
-
-def decode_changes(plan: ViewPlan, batch: DataFrame, present: Sequence[str]) -> dict[str, DataFrame]:
-    """Per source present in the batch: its change rows as flat columns."""
-    out: dict[str, DataFrame] = {}
-    for i, source in enumerate(plan.sources):
-        if source.name in present:
-            out[source.name] = batch.where(F.col("_source") == source.name).select(
-                "_change_type", "_commit_version", f"_s{i}.*"
-            )
-    return out
+    """The view's input stream: its kind's feeds (`feeds.change_stream`)."""
+    return feeds_change_stream(spark, view_kind(plan).feeds(pipeline, plan), max_files_per_trigger)
 
 
 class _ViewMaintainer:
@@ -188,11 +153,12 @@ class _ViewMaintainer:
         if not counts:
             return
         read_seconds = time.monotonic() - started
-        stats = process_changes(
+        kind = view_kind(self.plan)
+        stats = kind.process(
             session,
             self.pipeline,
             self.plan,
-            decode_changes(self.plan, batch, list(counts)),
+            decode_changes(kind.feeds(self.pipeline, self.plan), batch, list(counts)),
             app_id=lambda target: self.app_id(session, target),
             version=batch_id,
             gold_may_be_empty=not self.run_a_batch,
@@ -299,7 +265,7 @@ def _refresh_gold(
 ) -> dict[str, Any]:
     """Bring gold up to date with one batch: by the affected keys, or by a recompute diffed
     against gold when the cost model (`lakehouse.gold.cost`) finds that cheaper."""
-    clock = _Clock()
+    clock = PhaseClock()
     stats: dict[str, Any] = {"affected_keys": 0, "inserted": 0, "updated": 0, "deleted": 0, "phases": clock.phases}
     target = gold_table(pipeline, plan.view.name)
     txn = app_id(target) if app_id else None
@@ -366,19 +332,6 @@ def _keys_merge_source(
     return gold_merge_source(plan, keys, result, base_current).localCheckpoint(eager=True)
 
 
-class _Clock:
-    """Seconds per phase of one batch."""
-
-    def __init__(self) -> None:
-        self.phases: dict[str, float] = {}
-        self._last = time.monotonic()
-
-    def lap(self, phase: str) -> None:
-        now = time.monotonic()
-        self.phases[phase] = self.phases.get(phase, 0.0) + now - self._last
-        self._last = now
-
-
 def _sizes(session: SparkSession, pipeline: Pipeline, plan: ViewPlan, target: str) -> tuple[int, int, int]:
     """(gold rows, source rows, parent rows) for the cost model, from the tables' statistics."""
     names = [silver_current_table(pipeline, s) for s in plan.sources]
@@ -397,7 +350,7 @@ def _by_recompute(
     version: int | None,
     decision: RefreshDecision,
     stats: dict[str, Any],
-    clock: _Clock,
+    clock: PhaseClock,
 ) -> dict[str, Any]:
     """The whole view from silver current, diffed against gold, only the differences MERGEd:
     the same rows and the same change feed as the incremental path would give."""
@@ -457,14 +410,38 @@ def _missing_silver(spark: SparkSession, pipeline: Pipeline, plan: ViewPlan) -> 
 
 
 def prepare_view(spark: SparkSession, pipeline: Pipeline, plan: ViewPlan) -> None:
-    """Create the view's subscription tables and gold table when missing, and its analyst view."""
+    """Create the view's tables when missing (its kind's: subscription or index tables, gold),
+    and its analyst view."""
     for schema in (pipeline.tables.qualified("silver", "x"), pipeline.tables.qualified("gold", "x")):
         spark.sql(f"CREATE SCHEMA IF NOT EXISTS {schema.rsplit('.', 1)[0]}")
     expression_join.check_key_types(spark, pipeline, plan.view)
+    view_kind(plan).prepare(spark, pipeline, plan)
+    ensure_analyst_view(spark, pipeline, plan)
+
+
+def _prepare_current_state(spark: SparkSession, pipeline: Pipeline, plan: ViewPlan) -> None:
     for left, fk in plan.relations:
         ensure_subscription_table(spark, pipeline, left, fk)
     ensure_gold_table(spark, pipeline, plan)
-    ensure_analyst_view(spark, pipeline, plan)
+
+
+@dataclass(frozen=True)
+class ViewKind:
+    """How a kind of view is maintained: the change feeds it reads, its batch, its tables."""
+
+    feeds: Callable[[Pipeline, ViewPlan], list[Feed]]
+    process: Callable[..., dict[str, Any]]  # `process_changes`' signature
+    prepare: Callable[[SparkSession, Pipeline, ViewPlan], None]
+
+
+CURRENT_STATE = ViewKind(current_feeds, process_changes, _prepare_current_state)
+AS_OF = ViewKind(as_of.as_of_feeds, as_of.process_as_of, as_of.prepare_as_of)
+
+
+def view_kind(plan: ViewPlan) -> ViewKind:
+    """The one place a view's kind picks its machinery: an as-of view (its base is an events
+    source, `lakehouse.gold.as_of`) or a current-state view (foreign-key joins, this module)."""
+    return AS_OF if plan.view.temporal else CURRENT_STATE
 
 
 def view_stream(

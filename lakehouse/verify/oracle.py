@@ -19,9 +19,11 @@ from pyspark.sql import functions as F
 
 from lakehouse.declaration import Pipeline, View
 from lakehouse.deltasql import sql_with_frames
-from lakehouse.sqltext import SPARK, render_view
+from lakehouse.errors import CdcEnrichError
+from lakehouse.sqltext import COMMIT_TIME, SPARK, render_view
 from lakehouse.tables import (
     silver_current_table,
+    silver_history_table,
 )
 
 
@@ -34,20 +36,52 @@ def oracle_sql(pipeline: Pipeline, view: View | str, relations: Mapping[str, str
     return render_view(pipeline, view, relations, SPARK)
 
 
-def oracle_view(spark: SparkSession, pipeline: Pipeline, view: View | str, state: Mapping[str, DataFrame]) -> DataFrame:
+def oracle_view(
+    spark: SparkSession,
+    pipeline: Pipeline,
+    view: View | str,
+    state: Mapping[str, DataFrame],
+    history: Mapping[str, DataFrame] | None = None,
+) -> DataFrame:
     """The view's rows over `state` (live rows per source): `oracle_sql` with the state's frames
-    as the statement's parameters (no temp views: the result is read lazily under Spark Connect)."""
+    as the statement's parameters (no temp views: the result is read lazily under Spark Connect).
+
+    An as-of view reads its joined sources from `history` (every version: the source columns,
+    `_valid_from`, `_valid_to`, `_deleted`) and, unless it declares `as_of`, its events' commit
+    time (`_source_ts`) from `state`."""
     view = pipeline.view(view)
     frames: dict[str, DataFrame] = {}
     for alias in view.aliases:
         source = pipeline.source(view.table_of(alias))
-        if source.name not in frames:
-            frames[source.name] = state[source.name].select(*source.column_names)
+        if source.name in frames:
+            continue
+        if view.temporal and alias != view.base:
+            if history is None or source.name not in history:
+                raise CdcEnrichError(f"view {view.name!r} is joined as of each event's time: its oracle needs the history "
+                                     f"of {source.name!r} (every version with its valid_from/valid_to)")
+            frames[source.name] = history[source.name].select(*source.column_names, *HISTORY_COLUMNS)
+        else:
+            extra = (COMMIT_TIME,) if view.temporal and not view.as_of else ()
+            frames[source.name] = state[source.name].select(*source.column_names, *extra)
     return sql_with_frames(spark, lambda names: oracle_sql(pipeline, view, names), frames)
 
 
+#: What an as-of view's oracle reads of a joined source's history, beside its columns.
+HISTORY_COLUMNS = ("_valid_from", "_valid_to", "_deleted")
+
+
+def silver_history_state(spark: SparkSession, pipeline: Pipeline, sources: Iterable[str]) -> dict[str, DataFrame]:
+    """Every version of each source's silver history: source columns and `HISTORY_COLUMNS`."""
+    out: dict[str, DataFrame] = {}
+    for name in sorted(sources):
+        source = pipeline.source(name)
+        out[name] = spark.read.table(silver_history_table(pipeline, source)).select(*source.column_names, *HISTORY_COLUMNS)
+    return out
+
+
 def silver_live_state(spark: SparkSession, pipeline: Pipeline, sources: Iterable[str] | None = None) -> dict[str, DataFrame]:
-    """Live rows (`NOT _deleted`) of each silver current table, source columns only.
+    """Live rows (`NOT _deleted`) of each silver current table: source columns and the version's
+    commit time (`_source_ts`, an as-of view's default time).
 
     By default, of every source some view reads (events sources have no current table).
     """
@@ -57,7 +91,7 @@ def silver_live_state(spark: SparkSession, pipeline: Pipeline, sources: Iterable
     for name in sorted(sources):
         source = pipeline.source(name)
         df = spark.read.table(silver_current_table(pipeline, source)).where(~F.col("_deleted"))
-        out[name] = df.select(*source.column_names)
+        out[name] = df.select(*source.column_names, COMMIT_TIME)
     return out
 
 

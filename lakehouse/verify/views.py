@@ -19,8 +19,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from lakehouse.declaration import Pipeline
-from lakehouse.gold import join_view, live_rows, view_plan
-from lakehouse.verify.oracle import oracle_view, silver_live_state
+from lakehouse.gold import full_recompute, view_plan
+from lakehouse.verify.oracle import oracle_view, silver_history_state, silver_live_state
 from lakehouse.tables import gold_table, row_struct, silver_current_table
 
 
@@ -130,8 +130,7 @@ class VerifyReport:
 def stale_lineage(spark: SparkSession, pipeline: Pipeline, view: str) -> int:
     """Gold rows whose recorded lineage does not match silver current (see the module doc)."""
     plan = view_plan(pipeline, view)
-    live = {s.name: live_rows(spark, pipeline, s) for s in plan.sources}
-    current = join_view(plan, live)
+    current = full_recompute(spark, pipeline, view)
     gold = spark.read.table(gold_table(pipeline, view))
     g = gold.select(*[F.col(c).alias(f"g_{c}") for c in plan.key_columns + plan.lineage_columns])
     c = current.select(*[F.col(x).alias(f"c_{x}") for x in plan.key_columns + plan.lineage_columns])
@@ -181,6 +180,13 @@ def verify_pipeline(
         if missing:
             check.error = f"table(s) not found: {', '.join(missing)}; run the pipeline first"
             continue
+        history = None
+        if plan.view.temporal:
+            if truth_dir is not None:
+                check.error = ("an as-of view is checked against silver history (run `verify` without --truth): "
+                               "the truth files hold each table's final rows, not its versions")
+                continue
+            history = silver_history_state(spark, pipeline, [s.name for s in plan.sources if s.name != plan.base.source.name])
         if truth_dir is None:
             view_state = silver_live_state(spark, pipeline, [s.name for s in plan.sources])
         else:
@@ -188,7 +194,7 @@ def verify_pipeline(
                 s.name: state[s.name] if s.name in state else spark.createDataFrame([], row_struct(s))
                 for s in plan.sources
             }  # a source with no rows in the truth is an empty table
-        expected = oracle_view(spark, pipeline, name, view_state)
+        expected = oracle_view(spark, pipeline, name, view_state, history)
         actual = spark.read.table(gold_table(pipeline, name))
         check.diff = diff_frames(expected, actual, plan.key_columns, plan.output_columns)
         check.stale_hashes = stale_lineage(spark, pipeline, name)
