@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from dataclasses import replace
+
 from lakehouse.declaration import Pipeline, parse_pipeline
 
 VARIANT_VIEWS = """
@@ -31,3 +33,10 @@ VARIANT_VIEWS = """
 def all_views_pipeline(shop_pipeline_path: Path) -> Pipeline:
     """The shop pipeline with VARIANT_VIEWS added to its views."""
     return parse_pipeline(shop_pipeline_path.read_text().rstrip() + "\n" + VARIANT_VIEWS, filename="all_views.yml")
+
+
+def narrowed(pipeline: Pipeline, view: str) -> Pipeline:
+    """`pipeline` with only `view` and the sources it reads (fewer queries for a stage test)."""
+    chosen = pipeline.views[view]
+    names = {chosen.table_of(alias) for alias in chosen.aliases}
+    return replace(pipeline, sources={n: s for n, s in pipeline.sources.items() if n in names}, views={view: chosen})

@@ -40,15 +40,17 @@ from lakehouse.deltasql import last_commit, matched_delete, matched_update, merg
 from lakehouse.gold import expression_join
 from lakehouse.gold.delta import ensure_gold_table, merge_into_gold, table_rows
 from lakehouse.gold.clock import PhaseClock
-from lakehouse.gold.feeds import Feed, feed_fields
+from lakehouse.gold.feeds import FROM_FEED_START, Feed, feed_fields
 from lakehouse.gold.frames import alias_frame, gold_merge_source, view_rows
 from lakehouse.gold.layout import clustered, count_and_ranges
 from lakehouse.gold.plan import BROADCAST_ROW_LIMIT, KEY_COLLECT_LIMIT, LITERAL_KEY_LIMIT, AliasPlan, ViewPlan
 from lakehouse.deltasql import create_table
+from lakehouse.spark import write_time
 from lakehouse.sqltext import COMMIT_TIME, quote
 from lakehouse.tables import (
     delta_txn,
     gold_table,
+    late_changes_table,
     silver_current_schema,
     silver_current_table,
     silver_history_schema,
@@ -106,9 +108,9 @@ def joined_sources(plan: ViewPlan) -> list[Source]:
 
 
 def as_of_feeds(pipeline: Pipeline, plan: ViewPlan) -> list[Feed]:
-    """The events' current table from its first version, and each joined source's history from
-    the version current when the view's query first starts (everything before is read by the
-    first batch's build, which rebuilds gold from the whole history)."""
+    """The events' current table and each joined source's history, from the version that turned
+    its change feed on (`prepare_as_of` turns it on for history; the first batch builds gold
+    from the whole history anyway)."""
     base = plan.base.source
     feeds = [Feed(base.name, silver_current_table(pipeline, base),
                   feed_fields(silver_current_schema(base), (*base.primary_key, "_sequence", "_deleted")))]
@@ -117,7 +119,7 @@ def as_of_feeds(pipeline: Pipeline, plan: ViewPlan) -> list[Feed]:
             continue
         feeds.append(Feed(source.name, silver_history_table(pipeline, source),
                           feed_fields(silver_history_schema(source), (*source.primary_key, *HISTORY_FEED_COLUMNS)),
-                          starting_version="latest"))
+                          starting_version=FROM_FEED_START))
     return feeds
 
 
@@ -253,10 +255,14 @@ def index_updates(plan: ViewPlan, events: DataFrame, entries: DataFrame) -> Data
 
 
 def changed_spans(rows: DataFrame, source: Source) -> DataFrame:
-    """A joined source's history change rows (any change type: an inserted version, a moved
-    interval's pre- and post-image, a removed version) as (`_key`, `_from`, `_to`): an event whose
-    lookup of that key falls in [from, to) may see another version now."""
-    return rows.select(row_key(source).alias(KEY), F.col("_valid_from").alias("_from"), F.col("_valid_to").alias("_to"))
+    """A joined source's history change rows as (`_key`, `_from`, `_to`): an event whose lookup of
+    that key falls in [from, to) may see another version now. An inserted version and a moved
+    interval's pre- and post-image count; a row physically deleted does not: compaction's
+    (`maintain`) must not re-enrich old events, and silver's own (a deletion version a late
+    change made moot) moves its neighbour's interval, whose update rows cover it."""
+    return rows.where(F.col("_change_type") != "delete").select(
+        row_key(source).alias(KEY), F.col("_valid_from").alias("_from"), F.col("_valid_to").alias("_to")
+    )
 
 
 def affected_events(
@@ -374,9 +380,10 @@ def process_as_of(
     keys_found = [r[0] for r in _union_keys(spans).limit(LITERAL_KEY_LIMIT + 1).collect()] if spans else []
     if spans and len(keys_found) <= LITERAL_KEY_LIMIT:  # a few keys: a literal IN lets Delta skip the index's files
         index_rows = index_rows.where(F.col(KEY).isin(sorted(keys_found)))
-    keys, old = affected_events(plan, base_keys, spans, index_rows, history_horizon(session, pipeline, plan) if spans else None)
-    if old is not None:
-        stats["kept_beyond_retention"] = old.count()
+    horizon = history_horizon(session, pipeline, plan) if spans else None
+    keys, old = affected_events(plan, base_keys, spans, index_rows, horizon)
+    if old is not None and horizon is not None:
+        stats["kept_beyond_retention"] = _record_kept(session, pipeline, plan, old, horizon, tag, version)
     if keys is None:
         return stats
     keys = keys.localCheckpoint(eager=True)
@@ -396,6 +403,38 @@ def process_as_of(
     stats["subscriptions_written"] = _merge_index(plan, index, index_updates(plan, keys, index_entries(plan, chain)), tag(index), version)
     clock.lap("index")
     return stats
+
+
+def _record_kept(
+    session: SparkSession, pipeline: Pipeline, plan: ViewPlan, old: DataFrame, horizon: datetime,
+    tag: Callable[[str], str | None], version: int | None,
+) -> int:
+    """Record in `silver._late_changes` (reason `as_of_beyond_retention`) each event a dimension
+    correction would re-enrich but whose time is older than the history horizon: it keeps the
+    enrichment it has. Returns how many."""
+    base = plan.base.source
+    events = events_of(session, pipeline, plan, old).where(~F.col("_deleted"))
+    at = F.col(plan.view.as_of) if plan.view.as_of else F.col(COMMIT_TIME)
+    rows = events.select(
+        F.lit(base.name).alias("source"),
+        F.to_json(F.struct(*base.primary_key)).alias("key"),
+        F.col("_sequence").alias("sequence"),
+        F.lit("as_of").alias("op"),
+        at.alias("source_ts"),
+        (F.lit(int(horizon.timestamp() * 1000)) - F.unix_millis(at)).alias("late_by_ms"),
+        F.lit(KEPT_REASON).alias("reason"),
+        write_time().alias("recorded_at"),
+    ).localCheckpoint(eager=True)
+    count = rows.count()
+    if count:
+        table = late_changes_table(pipeline)
+        with delta_txn(session, tag(table), version):
+            rows.write.format("delta").mode("append").saveAsTable(table)
+    return count
+
+
+#: `_late_changes.reason` of an event kept as it was: a correction older than the history retention.
+KEPT_REASON = "as_of_beyond_retention"
 
 
 def _union_keys(spans: Mapping[str, DataFrame]) -> DataFrame:

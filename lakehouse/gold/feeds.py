@@ -18,7 +18,25 @@ class Feed:
     source: str
     table: str
     fields: tuple[StructField, ...]
-    starting_version: str = "0"
+    starting_version: str = "0"  # or FROM_FEED_START
+
+
+#: A feed's start when its table may have had no change feed at first (turned on later, e.g. an
+#: as-of view's history tables): the version of the commit that turned it on.
+FROM_FEED_START = "feed_start"
+
+
+def feed_start(spark: SparkSession, table: str) -> int:
+    """The version at which `table`'s change feed was last turned on (0 when it always was).
+
+    Delta refuses a change-feed read that begins before that version; starting at `latest`
+    instead skips a table's changes for good when a query's first drain reads nothing (its
+    offset is not recorded, so every later start is at a newer `latest`)."""
+    rows = spark.sql(f"DESCRIBE HISTORY {table}").select("version", "operationParameters").collect()
+    for row in sorted(rows, key=lambda r: -r["version"]):
+        if "delta.enableChangeDataFeed" in str((row["operationParameters"] or {}).get("properties", "")):
+            return int(row["version"])
+    return 0
 
 
 def feed_fields(schema: StructType, columns: Sequence[str]) -> tuple[StructField, ...]:
@@ -37,7 +55,8 @@ def change_stream(spark: SparkSession, feeds: Sequence[Feed], max_files_per_trig
     structs = [StructType(list(feed.fields)) for feed in feeds]
     union: DataFrame | None = None
     for i, feed in enumerate(feeds):
-        reader = spark.readStream.format("delta").option("readChangeFeed", "true").option("startingVersion", feed.starting_version)
+        start = str(feed_start(spark, feed.table)) if feed.starting_version == FROM_FEED_START else feed.starting_version
+        reader = spark.readStream.format("delta").option("readChangeFeed", "true").option("startingVersion", start)
         if max_files_per_trigger:
             reader = reader.option("maxFilesPerTrigger", max_files_per_trigger)
         stream = reader.table(feed.table)

@@ -73,6 +73,7 @@ class ViewRun:
     updated: int = 0
     deleted: int = 0
     subscriptions_written: int = 0
+    kept_beyond_retention: int = 0  # as-of views: events a correction older than history's retention left as they were
     seconds: float = 0.0
     phases: dict[str, float] = field(default_factory=dict)  # seconds per phase, summed
     paths: dict[str, int] = field(default_factory=dict)  # batches per refresh path (build, incremental, recompute)
@@ -87,6 +88,8 @@ class ViewRun:
             f"{self.affected_keys} key(s) recomputed, +{self.inserted} ~{self.updated} -{self.deleted} "
             f"gold rows, {self.subscriptions_written} subscription or index row(s) written, {self.seconds:.1f}s"
             + (f"; paths: {', '.join(f'{p} {n}' for p, n in self.paths.items())}" if self.paths else "")
+            + (f"; {self.kept_beyond_retention} event(s) kept as they were: the correction is older than history's retention"
+               if self.kept_beyond_retention else "")
         )
 
 
@@ -186,6 +189,7 @@ def _count_batch(run: ViewRun, outcome: Outcome, progress: Callable[[str], None]
     run.updated += stats["updated"]
     run.deleted += stats["deleted"]
     run.subscriptions_written += stats["subscriptions_written"]
+    run.kept_beyond_retention += stats.get("kept_beyond_retention", 0)
     if "path" in stats:
         run.paths[stats["path"]] = run.paths.get(stats["path"], 0) + 1
         run.last_reason = stats["reason"]

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from dataclasses import replace
 from pathlib import Path
 
 from lakehouse.bronze import run_bronze
@@ -23,16 +22,14 @@ from lakehouse.silver import run_silver
 from lakehouse.spark import ensure_schemas, get_spark, is_connect
 from lakehouse.verify.views import verify_pipeline
 from testkit.bench.ingest import isolated_pipeline
+from tests.shop_views import narrowed
 
 VIEW = "orders_enriched"  # one view and its two sources: every stage, and few queries to start
 
 
 def connect_pipeline(path: Path, tag: str) -> Pipeline:
     """The shop pipeline under its own names (`tag`), narrowed to `VIEW` and the sources it reads."""
-    pipeline = isolated_pipeline(load_pipeline(path), tag)
-    view = pipeline.views[VIEW]
-    names = {view.table_of(alias) for alias in view.aliases}
-    return replace(pipeline, sources={n: s for n, s in pipeline.sources.items() if n in names}, views={VIEW: view})
+    return narrowed(isolated_pipeline(load_pipeline(path), tag), VIEW)
 
 
 def main() -> None:

@@ -28,6 +28,7 @@ from lakehouse.verify.views import verify_pipeline
 from testkit.bench.ingest import isolated_pipeline
 from testkit.simulator import produce, simulate, write_truth
 from tests.integration.test_bronze import _tag
+from tests.shop_views import narrowed
 
 pytestmark = [pytest.mark.kafka]
 
@@ -56,7 +57,8 @@ def _wait(condition, timeout_s: float, every_s: float = 3.0) -> bool:
 def test_changes_produced_while_running_reach_gold_and_a_stop_loses_nothing(
     spark: SparkSession, shop_pipeline: Pipeline, kafka_bootstrap: str, lake: Path, tmp_path: Path
 ) -> None:
-    pipeline = isolated_pipeline(shop_pipeline, "cont" + _tag())
+    # one view and its two sources: five queries (bronze, silver x2, gold) show what twelve would
+    pipeline = narrowed(isolated_pipeline(shop_pipeline, "cont" + _tag()), "orders_enriched")
     pipeline = replace(pipeline, options=replace(pipeline.options, intervals=INTERVALS))
     sim = simulate(pipeline, seed=SEED, events=EVENTS, chaos="some")
     write_truth(sim, tmp_path / "truth")
