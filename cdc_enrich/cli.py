@@ -314,6 +314,17 @@ def cmd_bench(args: argparse.Namespace) -> int:
             parsers = tuple(p.strip() for p in args.parsers.split(",") if p.strip())
             results[name] = bench_ingest(spark, pipeline, lake, _bootstrap(args, pipeline), events=args.events or 200_000,
                                          parsers=parsers, progress=_say)
+        elif name == "as_of":
+            from testkit.bench.as_of import bench_as_of
+            from testkit.bench.as_of import render_table as as_of_table
+
+            options: dict[str, Any] = {"events": args.rows} if args.rows else {}
+            if args.fractions:
+                options["fractions"] = tuple(float(f) for f in args.fractions.split(","))
+            if args.workloads:
+                options["workloads"] = tuple(w.strip() for w in args.workloads.split(",") if w.strip())
+            results[name] = bench_as_of(spark, lake, progress=_say, **options)
+            _say(as_of_table(results[name]))
         elif name == "silver":
             from testkit.bench.silver import bench_silver
 
@@ -473,12 +484,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_history)
 
     p = sub.add_parser("bench", parents=[common, with_pipeline, kafka], help="benchmarks against a side-by-side baseline", description=cmd_bench.__doc__)
-    p.add_argument("which", choices=("ingest", "silver", "gold", "pipeline", "freshness", "all"))
+    p.add_argument("which", choices=("ingest", "silver", "gold", "as_of", "pipeline", "freshness", "all"))
     p.add_argument("--events", type=int, help="ingest: events produced; silver: changes per batch; pipeline: simulated changes (default 100000)")
     p.add_argument("--batch-sizes", help="pipeline: comma list of records per trigger (default 1000,10000,100000)")
-    p.add_argument("--rows", type=int, help="gold: fact table rows (default 1000000)")
+    p.add_argument("--rows", type=int, help="gold: fact table rows; as_of: events (default 1000000)")
     p.add_argument("--fractions", help="gold: comma list of changed shares of the fact table (default 0.0001,0.001,0.01,0.1,0.25)")
-    p.add_argument("--workloads", help="gold: comma list of uniform, oltp, hot_parent (default all three)")
+    p.add_argument("--workloads", help="gold: comma list of uniform, oltp, hot_parent (default all three); "
+                                       "as_of: new_events, late_versions (default both)")
     p.add_argument("--out", help="also write the result as JSON to this file (for testkit.bench.plot)")
     p.add_argument("--rates", help="freshness: comma list of records per second (default 100,500,2000)")
     p.add_argument("--duration", type=float, default=180, help="freshness: seconds of changes sent at each rate (default 180)")

@@ -42,7 +42,7 @@ from lakehouse.gold.delta import ensure_gold_table, merge_into_gold, table_rows
 from lakehouse.gold.clock import PhaseClock
 from lakehouse.gold.feeds import FROM_FEED_START, Feed, feed_fields
 from lakehouse.gold.frames import alias_frame, gold_merge_source, view_rows
-from lakehouse.gold.layout import clustered, count_and_ranges
+from lakehouse.gold.layout import KeyRange, clustered, count_and_ranges, range_predicate
 from lakehouse.gold.plan import BROADCAST_ROW_LIMIT, KEY_COLLECT_LIMIT, LITERAL_KEY_LIMIT, AliasPlan, ViewPlan
 from lakehouse.deltasql import create_table
 from lakehouse.spark import write_time
@@ -327,10 +327,15 @@ def all_history(session: SparkSession, pipeline: Pipeline) -> Callable[[AliasPla
     return lambda alias, _wanted: session.read.table(silver_history_table(pipeline, alias.source))
 
 
-def events_of(session: SparkSession, pipeline: Pipeline, plan: ViewPlan, keys: DataFrame | None = None) -> DataFrame:
-    """The events' silver current rows (live and deleted), all or those with `keys`."""
+def events_of(
+    session: SparkSession, pipeline: Pipeline, plan: ViewPlan, keys: DataFrame | None = None, ranges: Sequence[KeyRange] | None = None
+) -> DataFrame:
+    """The events' silver current rows (live and deleted), all or those with `keys` (within the
+    key `ranges` covering them, when given: Delta then skips the other files)."""
     base = plan.base.source
     current = session.read.table(silver_current_table(pipeline, base))
+    if ranges is not None:
+        current = current.where(range_predicate(base.primary_key[0], ranges))
     return current if keys is None else current.join(keys, list(base.primary_key), "left_semi")
 
 
@@ -392,7 +397,7 @@ def process_as_of(
     clock.lap("keys")
     if count == 0:
         return stats
-    current = events_of(session, pipeline, plan, F.broadcast(keys) if count <= BROADCAST_ROW_LIMIT else keys)
+    current = events_of(session, pipeline, plan, F.broadcast(keys) if count <= BROADCAST_ROW_LIMIT else keys, ranges)
     chain = lookup_chain(plan, current.where(~F.col("_deleted")), history_reader(session, pipeline)).localCheckpoint(eager=True)
     source = gold_merge_source(plan, keys, as_of_rows(plan, chain), current).localCheckpoint(eager=True)
     clock.lap("recompute")
@@ -460,8 +465,9 @@ def _build(session: SparkSession, pipeline: Pipeline, plan: ViewPlan, tag: Calla
         clustered(as_of_rows(plan, chain), plan.key_columns, rows).write.format("delta").mode("append").saveAsTable(target)
     last = last_commit(session, target)
     inserted = 0 if last["version"] == before else int(last["operationMetrics"].get("numOutputRows", 0))
-    with delta_txn(session, tag(index), version):
-        index_entries(plan, chain).write.format("delta").mode("overwrite").saveAsTable(index)
+    entries = index_entries(plan, chain)
+    with delta_txn(session, tag(index), version):  # in (alias, key) ranges: a lookup of a few keys reads few files
+        clustered(entries, (ALIAS, KEY), rows * max(1, len(plan.aliases) - 1)).write.format("delta").mode("overwrite").saveAsTable(index)
     return {"affected_keys": inserted, "inserted": inserted, "path": "build", "reason": "gold held no file: the whole view appended"}
 
 

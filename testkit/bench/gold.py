@@ -210,7 +210,7 @@ _GENERATORS = {"uniform": _uniform, "oltp": _oltp, "hot_parent": _hot_parent}
 # --------------------------------------------------------------------------- where the time goes
 
 
-def _versions(spark: SparkSession, tables: Sequence[str]) -> dict[str, int]:
+def versions_of(spark: SparkSession, tables: Sequence[str]) -> dict[str, int]:
     return {t: int(spark.sql(f"DESCRIBE HISTORY {t} LIMIT 1").first()["version"]) for t in tables}
 
 
@@ -222,7 +222,7 @@ _METRICS = (
 )
 
 
-def _commits_since(spark: SparkSession, before: dict[str, int]) -> dict[str, dict[str, int]]:
+def commits_since(spark: SparkSession, before: dict[str, int]) -> dict[str, dict[str, int]]:
     """Per table written since `before`: the commits' operations and their summed metrics."""
     out: dict[str, dict[str, Any]] = {}
     for table, version in before.items():
@@ -239,7 +239,7 @@ def _commits_since(spark: SparkSession, before: dict[str, int]) -> dict[str, dic
     return out
 
 
-def _jobs_so_far(spark: SparkSession) -> int | None:
+def jobs_so_far(spark: SparkSession) -> int | None:
     """The highest Spark job id so far (the UI's REST API; None without a UI)."""
     import json
     import urllib.request
@@ -324,12 +324,12 @@ def bench_gold(
                 changed[source_name] = df.count()
                 apply_silver_changes(spark, bench, bench.source(source_name), df)
             gold_files = num_files(spark, target)
-            before, jobs_before = _versions(spark, written), _jobs_so_far(spark)
+            before, jobs_before = versions_of(spark, written), jobs_so_far(spark)
             started = time.monotonic()
             report = run_gold(spark, bench, lake, views=[name]).views[name]
             incremental = time.monotonic() - started
-            jobs_after = _jobs_so_far(spark)
-            commits = _commits_since(spark, before)
+            jobs_after = jobs_so_far(spark)
+            commits = commits_since(spark, before)
             started = time.monotonic()
             full_recompute(spark, bench, name).write.format("delta").mode("overwrite").saveAsTable(full_table)
             full = time.monotonic() - started

@@ -33,7 +33,7 @@ from lakehouse.paths import checkpoint_dir
 from lakehouse.spark import ensure_schemas
 from lakehouse.tables import gold_table, silver_current_table, silver_history_table
 from testkit.bench import markdown_table
-from testkit.bench.gold import _commits_since, _jobs_so_far, _versions
+from testkit.bench.gold import commits_since, jobs_so_far, versions_of
 from testkit.bench.ingest import _clean, _raw_ceiling, isolated_pipeline
 
 BATCH_SIZES = (1_000, 10_000, 100_000)
@@ -135,12 +135,12 @@ def bench_pipeline(
             tables = [t for s in bench.sources.values() for t in (silver_current_table(bench, s), silver_history_table(bench, s))]
 
             def timed(stage: str, action: Callable[[], Any], written: Sequence[str] = ()) -> Any:
-                before_versions = _versions(spark, written) if written else {}
-                jobs_before = _jobs_so_far(spark)
+                before_versions = versions_of(spark, written) if written else {}
+                jobs_before = jobs_so_far(spark)
                 started = time.monotonic()
                 result = action()
                 seconds = time.monotonic() - started
-                jobs_after = _jobs_so_far(spark)
+                jobs_after = jobs_so_far(spark)
                 batches = recorder.take()
                 batches_by_stage[stage] += [(rows, secs) for _, rows, secs in batches]
                 rows_in = sum(rows for _, rows, _ in batches)
@@ -155,7 +155,7 @@ def bench_pipeline(
                 if entry["jobs"] is not None and batches:
                     entry["jobs_per_batch"] = round(entry["jobs"] / len(batches), 1)
                 if written:
-                    entry["merge_metrics"] = _merge_totals(_commits_since(spark, before_versions))
+                    entry["merge_metrics"] = _merge_totals(commits_since(spark, before_versions))
                 row["stages"][stage] = entry
                 say(f"  {stage}: {seconds:.1f}s, {len(batches)} batch(es), {records / seconds:,.0f} records/s"
                     + (f", {entry.get('jobs_per_batch')} Spark jobs/batch" if entry.get("jobs_per_batch") else ""))
