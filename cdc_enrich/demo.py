@@ -102,6 +102,10 @@ def run_demo(args: argparse.Namespace) -> int:
             print(f"\n{clean} (analyst view of {gold_table(pipeline, view.name)}): {spark.table(clean).count()} rows")
             print(show_query(spark, f"SELECT * FROM {clean} ORDER BY 1 LIMIT 5"))
 
+        for view in pipeline.views.values():
+            if view.temporal:
+                _as_of_story(spark, pipeline, lake, status.bootstrap, view.name, late_correction=not with_postgres)
+
         if with_postgres:
             _banner("6. verify: gold and silver == the same joins and tables inside PostgreSQL")
             print(pg_report.render())
@@ -180,6 +184,103 @@ def _run(stage: str, spark: Any, pipeline: Any, lake: Path, bootstrap: str) -> N
     if report is not None and hasattr(report, "render"):
         print(report.render())
     print(f"{stage} finished in {time.monotonic() - began:.1f}s")
+
+
+def _as_of_story(spark: Any, pipeline: Any, lake: Path, bootstrap: str, view: str, late_correction: bool) -> None:
+    """An as-of view's rows next to the same join as of now, then (simulator only) one dimension
+    version delivered late and the events it re-enriches."""
+    from pyspark.sql import functions as F
+
+    from cdc_enrich.render import render_rows
+    from lakehouse.gold import join_view, live_rows, view_plan
+    from lakehouse.tables import gold_table
+
+    plan = view_plan(pipeline, view)
+    keys = list(plan.key_columns)
+    joined = [c.name for c in plan.view.columns if c.alias != plan.view.base]
+    then = spark.table(gold_table(pipeline, view))
+    now = join_view(plan, {s.name: live_rows(spark, pipeline, s) for s in plan.sources})  # the same joins, as of now
+    differs = F.lit(False)
+    for c in joined:
+        differs = differs | ~then[c].eqNullSafe(now[c])
+    rows = then.join(now, keys).where(differs).select(
+        *[then[k] for k in keys], *[x for c in joined for x in (then[c].alias(f"{c} (then)"), now[c].alias(f"{c} (now)"))]
+    ).orderBy(*keys)
+    print(f"\n{view}: each row joined as of its event's time; {rows.count()} of {then.count()} differ from the same join as of now, e.g.:")
+    shown = rows.limit(5).collect()
+    print(render_rows(rows.columns, [tuple(r) for r in shown]))
+    if not late_correction:
+        return
+    found = _late_version(spark, pipeline, plan)
+    if found is None:
+        print("(no version of a joined row here has a successor and an event inside it to correct late)")
+        return
+    record, source, key_text, column, old, new, moment, event = found
+    before = then.where(_equal(keys, event)).collect()
+    from testkit.simulator import produce
+
+    produce([record], bootstrap)
+    print(f"\na late correction: {source.name} {key_text} had {column} = {new!r} (not {old!r}) from {moment}, a change "
+          f"that reaches Kafka only now (an older LSN than the records already read); bronze, silver and gold again:")
+    for stage in ("bronze", "silver", "gold"):
+        _run(stage, spark, pipeline, lake, bootstrap)
+    after = spark.table(gold_table(pipeline, view)).where(_equal(keys, event)).collect()
+    print(render_rows(["", *then.columns[: len(plan.view.columns)]], [("before", *before[0][: len(plan.view.columns)]),
+                                                                          ("after", *after[0][: len(plan.view.columns)])]))
+
+
+def _equal(columns: list[str], row: Any) -> Any:
+    from pyspark.sql import functions as F
+
+    condition = F.lit(True)
+    for c in columns:
+        condition = condition & (F.col(c) == row[c])
+    return condition
+
+
+def _late_version(spark: Any, pipeline: Any, plan: Any) -> Any:
+    """A version of the deepest joined row some event was enriched with, which has a successor:
+    a record of a new value for one of its columns the view shows, committed halfway between that
+    version's start and the event's time, at an LSN between it and its successor. None when
+    there is no such version (or the source is not ordered by PostgreSQL LSNs)."""
+    from datetime import timedelta
+
+    from pyspark.sql import functions as F
+
+    from lakehouse.tables import gold_table, silver_current_table, silver_history_table
+    from testkit.simulator.late import late_update_record
+
+    for alias in reversed(plan.aliases[1:]):
+        source = alias.source
+        shown = [c for c in plan.view.columns if c.alias == alias.alias and source.column(c.column).type == "string"
+                 and c.column not in source.primary_key]
+        if source.sequence != "postgres" or not shown:
+            continue
+        base = plan.base.source
+        gold = spark.table(gold_table(pipeline, plan.view.name)).select(*plan.key_columns, F.col(alias.gold_seq).alias("_used"))
+        events = spark.table(silver_current_table(pipeline, base)).select(
+            *[F.col(p).alias(k) for p, k in zip(base.primary_key, plan.key_columns)],
+            F.col(plan.view.as_of or "_source_ts").alias("_event_time"))
+        history = spark.table(silver_history_table(pipeline, source)).where("_valid_to_sequence IS NOT NULL AND NOT _deleted")
+        candidates = (gold.join(events, list(plan.key_columns)).join(history, F.col("_used") == F.col("_sequence"))
+                      .where(F.col("_event_time") > F.col("_valid_from") + F.expr("INTERVAL 2 MILLISECONDS"))
+                      .where(F.col("_event_time") < F.col("_valid_to"))
+                      .orderBy(*plan.key_columns).limit(20).collect())
+        for row in candidates:
+            lsn = int(row["_sequence"]) // 10 + 8
+            if lsn * 10 + 1 >= int(row["_valid_to_sequence"]):
+                continue
+            column = shown[0].column
+            moment = row["_valid_from"] + (row["_event_time"] - row["_valid_from"]) / 2
+            moment = moment - timedelta(microseconds=moment.microsecond % 1000)
+            values = {c: row[c] for c in source.column_names}
+            old = values[column]
+            values[column] = f"{old} (corrected late)"
+            commit_us = int(moment.timestamp() * 1_000_000)
+            record = late_update_record(pipeline, source, values, lsn, commit_us)
+            key_text = ", ".join(f"{k}={row[k]}" for k in source.primary_key)
+            return record, source, key_text, column, old, values[column], moment, row
+    return None
 
 
 def _show_one_history(spark: Any, pipeline: Any) -> None:

@@ -234,7 +234,8 @@ def test_as_of_views_converge_many_seeds(spark, lake: Path):
 
 
 def test_a_correction_older_than_history_retention_leaves_old_events_as_they_are(spark, lake: Path):
-    """Compaction removes superseded versions without re-enriching the events built from them;
+    """A batch of new events only is appended to gold and the index. Compaction removes
+    superseded versions without re-enriching the events built from them;
     a late dimension version older than the horizon is applied to history but leaves the events
     it falls under as they were (counted, recorded); a late *event* is enriched as of its time."""
     from lakehouse.silver.reads import compact_history, late_changes
@@ -262,10 +263,14 @@ def test_a_correction_older_than_history_retention_leaves_old_events_as_they_are
     segments = lambda: {r["payment_id"]: r["segment"] for r in spark.table(gold_table(pipeline, view)).collect()}  # noqa: E731
     run_gold(spark, pipeline, lake, views=[view])
     assert segments() == {1: "a"}
+    deliver(Version("payments", 3, {"id": 3, "order_id": 1, "method": "x", "amount": 9, "paid_at": at(2020, 6, 15)}, 40, at(2020, 6, 15)))
+    run = run_gold(spark, pipeline, lake, views=[view]).views[view]
+    assert run.last_reason == "1 new event(s): appended" and run.inserted == 1
+    assert segments() == {1: "a", 3: "b"}
 
     assert compact_history(spark, pipeline, "customers", retention_days=1, now=datetime(2020, 7, 2)) == 1  # "a" is gone
     assert run_gold(spark, pipeline, lake, views=[view]).views[view].updated == 0
-    assert segments() == {1: "a"}  # kept: compaction does not re-enrich
+    assert segments() == {1: "a", 3: "b"}  # kept: compaction does not re-enrich
 
     deliver(
         Version("customers", 1, {"id": 1, "segment": "c"}, 15, at(2020, 2, 1)),  # a correction older than the horizon
@@ -273,6 +278,6 @@ def test_a_correction_older_than_history_retention_leaves_old_events_as_they_are
     )
     run = run_gold(spark, pipeline, lake, views=[view]).views[view]
     assert run.kept_beyond_retention == 1 and "1 event(s) kept as they were" in run.line()
-    assert segments() == {1: "a", 2: "c"}  # the late event is enriched as of its own time
+    assert segments() == {1: "a", 2: "c", 3: "b"}  # the late event is enriched as of its own time
     recorded = late_changes(spark, pipeline, "payments").where("reason = 'as_of_beyond_retention'").collect()
     assert [(r["key"], r["op"]) for r in recorded] == [('{"id":1}', "as_of")]

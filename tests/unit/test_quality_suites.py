@@ -25,7 +25,7 @@ def test_suites_follow_the_declaration(shop_pipeline):
         "bronze._quarantine",
         "silver.customers", "silver.products", "silver.orders", "silver.order_items", "silver.payments",
         "silver._late_changes",
-        "gold.orders_enriched", "gold.order_items_enriched",
+        "gold.orders_enriched", "gold.order_items_enriched", "gold.payments_enriched",
     ]  # fmt: skip
     assert checks(suites["bronze.orders"]) == [
         ("expect_column_values_to_be_in_set", "op_known"),
