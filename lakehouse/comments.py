@@ -48,7 +48,9 @@ def gold_comments(pipeline: Pipeline, view: View, lineage: dict[str, tuple[str, 
     """(table comment, column -> comment) of a view's gold table; `lineage`: alias -> (hash
     column, sequence column)."""
     joins = ", ".join(f"{j.type} join {j.table} as {j.alias}" for j in view.joins) or "no joins"
-    table = f"{view.description + ' ' if view.description else ''}Gold view {view.name!r}: {view.base} with {joins}; kept equal to that SQL join of silver current by cdc-enrich."
+    kept = (f"each join looked up {view.lookup_time} in silver history; kept equal to that temporal join by cdc-enrich"
+            if view.temporal else "kept equal to that SQL join of silver current by cdc-enrich")
+    table = f"{view.description + ' ' if view.description else ''}Gold view {view.name!r}: {view.base} with {joins}; {kept}."
     columns: dict[str, str] = {}
     for col in view.columns:
         source = pipeline.source(view.table_of(col.alias))

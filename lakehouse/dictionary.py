@@ -67,7 +67,8 @@ def _view(pipeline: Pipeline, view: View) -> list[str]:
         on = {"foreign_key": f"foreign key `{join.parent_alias}.{join.foreign_key}`",
               "expression": f"its key = `{join.key}` (a global table, broadcast)",
               "primary_key": f"the primary key of `{join.parent_alias}`"}[join.kind]
-        lines.append(f"- {join.type} join `{join.table}` as `{join.alias}` on {on}.")
+        lines.append(f"- {join.type} join `{join.table}` as `{join.alias}` on {on}"
+                     + (f", the version valid {view.lookup_time} (silver history)." if view.temporal else "."))
     rows = []
     for col in view.columns:
         source = pipeline.source(view.table_of(col.alias))

@@ -217,6 +217,13 @@ class View:
         return (self.base,) + tuple(j.alias for j in self.joins)
 
     @property
+    def lookup_time(self) -> str | None:
+        """An as-of view's time, in words for comments and the dictionary (None: current state)."""
+        if not self.temporal:
+            return None
+        return f"as of each {self.base} row's {self.as_of}" if self.as_of else f"as of each {self.base} row's source commit time"
+
+    @property
     def has_outer(self) -> bool:
         """Some join is FULL OUTER: then a gold row's key may come from the joined side only."""
         return any(j.is_outer for j in self.joins)

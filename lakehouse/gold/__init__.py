@@ -1,7 +1,10 @@
 """Gold: foreign-key join views kept equal to the SQL join of silver, incrementally (KIP-213).
 
 The view's plan (`plan`), pure DataFrame steps (`frames`), key ranges and layout (`layout`), the
-path's cost model (`cost`), Delta edges (`delta`), streams (`runner`), recompute.
+path's cost model (`cost`), Delta edges (`delta`), input feeds (`feeds`), streams (`runner`),
+recompute. A view based on an events source is an as-of view, maintained by `as_of` (each event
+joined with the versions valid at its time); `runner.view_kind` is the one place that picks.
+What follows describes the current-state (foreign-key) views.
 
 Gold views: foreign-key joins kept equal to the SQL join of silver, incrementally (KIP-213 on Delta).
 

@@ -260,6 +260,16 @@ def index_updates(plan: ViewPlan, events: DataFrame, entries: DataFrame) -> Data
     return pairs.join(entries, [*base.primary_key, ALIAS], "left")
 
 
+def index_changes(plan: ViewPlan, updates: DataFrame, stored: DataFrame) -> DataFrame:
+    """The rows of `index_updates` that change the index, given its `stored` rows for the same
+    events: most batches re-enrich events whose lookups did not move (a dimension value changed,
+    not a foreign key), and then there is nothing to write."""
+    keys = [*plan.base.source.primary_key, ALIAS]
+    old = stored.select(*keys, F.col(KEY).alias("_stored_key"), F.col(AT).alias("_stored_at"))
+    same = F.col(KEY).eqNullSafe(F.col("_stored_key")) & (F.col(KEY).isNull() | F.col(AT).eqNullSafe(F.col("_stored_at")))
+    return updates.join(old, keys, "left").where(~same).select(*updates.columns)
+
+
 def changed_spans(rows: DataFrame, source: Source) -> DataFrame:
     """A joined source's history change rows as (`_key`, `_from`, `_to`): an event whose lookup of
     that key falls in [from, to) may see another version now. An inserted version and a moved
@@ -435,7 +445,9 @@ def process_as_of(
     stats.update(merge_into_gold(session, target, plan, F.broadcast(source) if count <= BROADCAST_ROW_LIMIT else source,
                                  ranges, tag(target), version))
     clock.lap("merge")
-    stats["subscriptions_written"] = _merge_index(plan, index, index_updates(plan, keys, index_entries(plan, chain)), tag(index), version)
+    stored = session.read.table(index).join(F.broadcast(keys) if count <= BROADCAST_ROW_LIMIT else keys, list(base.primary_key), "left_semi")
+    moved = index_changes(plan, index_updates(plan, keys, index_entries(plan, chain)), stored).localCheckpoint(eager=True)
+    stats["subscriptions_written"] = _merge_index(plan, index, moved, tag(index), version) if not moved.isEmpty() else 0
     clock.lap("index")
     return stats
 

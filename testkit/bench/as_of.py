@@ -32,7 +32,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from lakehouse.declaration import Pipeline, Source, parse_pipeline
-from lakehouse.gold import full_recompute, run_gold, view_plan
+from lakehouse.gold import run_gold, view_plan
 from lakehouse.gold.as_of import index_table
 from lakehouse.paths import checkpoint_dir
 from lakehouse.silver import apply_batch, ensure_silver_tables
@@ -47,7 +47,7 @@ from lakehouse.tables import (
 )
 from lakehouse.verify.views import diff_frames
 from testkit.bench import markdown_table
-from testkit.bench.gold import commits_since, jobs_so_far, versions_of
+from testkit.bench.gold import side_by_side
 
 PIPELINE = """\
 name: asofbench
@@ -212,23 +212,15 @@ def bench_as_of(
         started = time.monotonic()
         apply_batch(_bronze_of(changes, source, 10_000_000 * (i + 1)).localCheckpoint(eager=True), 1000 + i, pipeline, source, "bench")
         silver_s = time.monotonic() - started
-        before, jobs_before = versions_of(spark, written), jobs_so_far(spark)
-        started = time.monotonic()
-        report = run_gold(spark, pipeline, lake, views=[VIEW]).views[VIEW]
-        incremental = time.monotonic() - started
-        jobs_after = jobs_so_far(spark)
-        commits = commits_since(spark, before)
-        started = time.monotonic()
-        full_recompute(spark, pipeline, VIEW).write.format("delta").mode("overwrite").saveAsTable(full_table)
-        full = time.monotonic() - started
+        side = side_by_side(spark, pipeline, lake, VIEW, written, full_table)
+        report = side.run
         run = {
             "workload": workload, "fraction": fraction, "changed_rows": changes.count(), "silver_s": round(silver_s, 2),
-            "events_reenriched": report.affected_keys,
+            "events_reenriched": report.affected_keys, "path": report.last_reason,
             "gold_inserted_updated_deleted": [report.inserted, report.updated, report.deleted],
-            "spark_jobs": (jobs_after - jobs_before) if jobs_after is not None and jobs_before is not None else None,
-            "gold_s": round(incremental, 2), "phases_s": {k: round(v, 2) for k, v in report.phases.items()},
-            "commits": commits, "full_recompute_s": round(full, 2),
-            "full_over_gold": round(full / incremental, 2) if incremental else None,
+            "spark_jobs": side.jobs, "gold_s": round(side.gold_s, 2), "phases_s": {k: round(v, 2) for k, v in report.phases.items()},
+            "commits": side.commits, "full_recompute_s": round(side.full_s, 2),
+            "full_over_gold": round(side.full_s / side.gold_s, 2) if side.gold_s else None,
         }
         runs.append(run)
         say(f"bench as_of: {workload} {fraction:.4%}: {run['changed_rows']} change(s), gold {run['gold_s']} s "
