@@ -247,6 +247,7 @@ def _late_version(spark: Any, pipeline: Any, plan: Any) -> Any:
 
     from pyspark.sql import functions as F
 
+    from lakehouse.gold.as_of import index_table, row_key
     from lakehouse.tables import gold_table, silver_current_table, silver_history_table
     from testkit.simulator.late import late_update_record
 
@@ -257,12 +258,14 @@ def _late_version(spark: Any, pipeline: Any, plan: Any) -> Any:
         if source.sequence != "postgres" or not shown:
             continue
         base = plan.base.source
+        as_keys = [F.col(p).alias(k) for p, k in zip(base.primary_key, plan.key_columns)]
         gold = spark.table(gold_table(pipeline, plan.view.name)).select(*plan.key_columns, F.col(alias.gold_seq).alias("_used"))
-        events = spark.table(silver_current_table(pipeline, base)).select(
-            *[F.col(p).alias(k) for p, k in zip(base.primary_key, plan.key_columns)],
-            F.col(plan.view.as_of or "_source_ts").alias("_event_time"))
-        history = spark.table(silver_history_table(pipeline, source)).where("_valid_to_sequence IS NOT NULL AND NOT _deleted")
-        candidates = (gold.join(events, list(plan.key_columns)).join(history, F.col("_used") == F.col("_sequence"))
+        events = spark.table(silver_current_table(pipeline, base)).select(*as_keys, F.col(plan.view.as_of or "_source_ts").alias("_event_time"))
+        looked_up = spark.table(index_table(pipeline, plan.view.name)).where(F.col("_alias") == alias.alias).select(*as_keys, "_key")
+        history = (spark.table(silver_history_table(pipeline, source)).where("_valid_to_sequence IS NOT NULL AND NOT _deleted")
+                   .withColumn("_version_key", row_key(source)))
+        candidates = (gold.join(events, list(plan.key_columns)).join(looked_up, list(plan.key_columns))
+                      .join(history, (F.col("_used") == F.col("_sequence")) & (F.col("_key") == F.col("_version_key")))
                       .where(F.col("_event_time") > F.col("_valid_from") + F.expr("INTERVAL 2 MILLISECONDS"))
                       .where(F.col("_event_time") < F.col("_valid_to"))
                       .orderBy(*plan.key_columns).limit(20).collect())
