@@ -31,8 +31,10 @@ VARIANT_VIEWS = """
 
 
 def all_views_pipeline(shop_pipeline_path: Path) -> Pipeline:
-    """The shop pipeline with VARIANT_VIEWS added to its views."""
-    return parse_pipeline(shop_pipeline_path.read_text().rstrip() + "\n" + VARIANT_VIEWS, filename="all_views.yml")
+    """The shop pipeline's current-state views with VARIANT_VIEWS added (its as-of view, which
+    reads silver history, has its own tests: tests/integration/test_gold_as_of.py)."""
+    pipeline = parse_pipeline(shop_pipeline_path.read_text().rstrip() + "\n" + VARIANT_VIEWS, filename="all_views.yml")
+    return replace(pipeline, views={name: view for name, view in pipeline.views.items() if not view.temporal})
 
 
 def narrowed(pipeline: Pipeline, view: str) -> Pipeline:

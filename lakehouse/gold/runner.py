@@ -406,11 +406,8 @@ def append_to_empty_gold(
 
 
 def _missing_silver(spark: SparkSession, pipeline: Pipeline, plan: ViewPlan) -> list[str]:
-    return [
-        silver_current_table(pipeline, s)
-        for s in plan.sources
-        if not spark.catalog.tableExists(silver_current_table(pipeline, s))
-    ]
+    """The silver tables the view's feeds read that do not exist yet (an as-of view's: history too)."""
+    return [feed.table for feed in view_kind(plan).feeds(pipeline, plan) if not spark.catalog.tableExists(feed.table)]
 
 
 def prepare_view(spark: SparkSession, pipeline: Pipeline, plan: ViewPlan) -> None:

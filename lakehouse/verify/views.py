@@ -21,7 +21,7 @@ from pyspark.sql import functions as F
 from lakehouse.declaration import Pipeline
 from lakehouse.gold import full_recompute, view_plan
 from lakehouse.verify.oracle import oracle_view, silver_history_state, silver_live_state
-from lakehouse.tables import gold_table, row_struct, silver_current_table
+from lakehouse.tables import gold_table, row_struct, silver_current_table, silver_history_table
 
 
 @dataclass
@@ -183,6 +183,7 @@ def verify_pipeline(
         missing = [
             t
             for t in [gold_table(pipeline, name)] + [silver_current_table(pipeline, s) for s in plan.sources]
+            + ([silver_history_table(pipeline, s) for s in plan.sources[1:]] if plan.view.temporal else [])
             if not spark.catalog.tableExists(t)
         ]
         if missing:

@@ -4,7 +4,8 @@
   recompute, one panel per workload, one line style per scale;
 - pipeline: records/s per stage against batch size (beside the raw copy), and every batch's
   seconds against its rows with the fitted fixed + per-change line;
-- freshness: latency percentiles against the rate of changes.
+- freshness: latency percentiles against the rate of changes;
+- as_of: seconds against the share of events, an as-of view's batch beside the full recompute.
 
     .venv/bin/python -m testkit.bench.plot docs/bench-gold.png bench-1m.json bench-10m.json
     .venv/bin/python -m testkit.bench.plot docs/bench-pipeline.png bench-pipeline.json
@@ -42,6 +43,21 @@ def plot_gold(results: Sequence[dict[str, Any]], out: Path, machine: str | None 
         _style(ax, "changed share of the fact table, %", "seconds per batch",
                f"{workload}  (gold: o incremental, \u25a1 recompute)", ylog=True)
     return _save(fig, out, "cdc-enrich bench gold, order_items_enriched", machine)
+
+
+def plot_as_of(results: Sequence[dict[str, Any]], out: Path, machine: str | None = None) -> Path:
+    """Draw `bench_as_of` results (one per scale) into `out` (PNG): one panel per workload."""
+    workloads = [w for w in ("new_events", "late_versions") if any(r["workload"] == w for res in results for r in res["runs"])]
+    fig, axes = _figure(len(workloads))
+    for ax, workload in zip(axes, workloads):
+        for style, res in zip(["-", "--", ":"], sorted(results, key=lambda r: r["events"])):
+            runs = sorted((r for r in res["runs"] if r["workload"] == workload), key=lambda r: r["fraction"])
+            scale = f"{res['events'] / 1e6:g}M events"
+            xs = [r["fraction"] * 100 for r in runs]
+            ax.plot(xs, [r["full_recompute_s"] for r in runs], style, color="tab:red", marker="x", label=f"full recompute, {scale}")
+            ax.plot(xs, [r["gold_s"] for r in runs], style, color="tab:blue", marker="o", label=f"as-of view batch, {scale}")
+        _style(ax, "share of the events (new, or re-enriched), %", "seconds per batch", workload, ylog=True)
+    return _save(fig, out, "cdc-enrich bench as_of, payments as of their time", machine)
 
 
 def _figure(panels: int) -> tuple[Any, Any]:
@@ -131,6 +147,8 @@ def main(argv: Sequence[str]) -> int:
         print(plot_pipeline(results[0], Path(argv[0])))
     elif "highest_bounded_rate" in results[0]:
         print(plot_freshness(results[0], Path(argv[0])))
+    elif "events" in results[0]:
+        print(plot_as_of(results, Path(argv[0])))
     else:
         print(plot_gold(results, Path(argv[0])))
     return 0

@@ -275,8 +275,8 @@ def test_clean_set_passes_and_every_result_lands_in_the_results_table(spark, cle
     assert report.ok, report.render()
     assert report.failed == ()
     assert report.skipped == (late_changes_table(clean),)  # not written by this test: reported, not failed
-    assert len(report.validated) == 13
-    assert report.evaluated == sum(s.expectation_count for s in build_suites(clean)) - 1 == 49
+    assert len(report.validated) == 14
+    assert report.evaluated == sum(s.expectation_count for s in build_suites(clean)) - 1 == 54
 
     results = spark.table(quality_results_table(clean)).where(f"run_id = '{report.run_id}'")
     assert [f"{f.name}:{f.dataType.simpleString()}" for f in results.schema.fields] == [
