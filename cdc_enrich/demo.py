@@ -248,6 +248,7 @@ def _late_version(spark: Any, pipeline: Any, plan: Any) -> Any:
     from pyspark.sql import functions as F
 
     from lakehouse.gold.as_of import index_table, row_key
+    from lakehouse.sqltext import time_column
     from lakehouse.tables import gold_table, silver_current_table, silver_history_table
     from testkit.simulator.late import late_update_record
 
@@ -260,7 +261,7 @@ def _late_version(spark: Any, pipeline: Any, plan: Any) -> Any:
         base = plan.base.source
         as_keys = [F.col(p).alias(k) for p, k in zip(base.primary_key, plan.key_columns)]
         gold = spark.table(gold_table(pipeline, plan.view.name)).select(*plan.key_columns, F.col(alias.gold_seq).alias("_used"))
-        events = spark.table(silver_current_table(pipeline, base)).select(*as_keys, F.col(plan.view.as_of or "_source_ts").alias("_event_time"))
+        events = spark.table(silver_current_table(pipeline, base)).select(*as_keys, F.col(time_column(plan.view)).alias("_event_time"))
         looked_up = spark.table(index_table(pipeline, plan.view.name)).where(F.col("_alias") == alias.alias).select(*as_keys, "_key")
         history = (spark.table(silver_history_table(pipeline, source)).where("_valid_to_sequence IS NOT NULL AND NOT _deleted")
                    .withColumn("_version_key", row_key(source)))
@@ -298,9 +299,7 @@ def _show_one_history(spark: Any, pipeline: Any) -> None:
     busiest = history.groupBy(*source.primary_key).count().orderBy(F.desc("count"), *source.primary_key).first()
     if busiest is None:
         return
-    condition = F.lit(True)
-    for col in source.primary_key:
-        condition = condition & (F.col(col) == busiest[col])
+    condition = _equal(list(source.primary_key), busiest)
     shown = list(source.column_names) + ["_op", "_deleted", "_valid_from", "_valid_to"]
     versions = history.where(condition).orderBy("_sequence").select(*shown).collect()
     key_text = ", ".join(f"{c}={busiest[c]}" for c in source.primary_key)

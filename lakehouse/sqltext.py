@@ -81,10 +81,15 @@ def render_view(pipeline: Pipeline, view: View | str, relations: Mapping[str, st
 COMMIT_TIME = "_source_ts"
 
 
+def time_column(view: View) -> str:
+    """The base column an as-of view's joins are timed by: the declared `as_of` column, or the
+    event's source commit time (`COMMIT_TIME`, silver current's column)."""
+    return view.as_of or COMMIT_TIME
+
+
 def event_time(view: View, dialect: Dialect = SPARK) -> str:
-    """An as-of view's time, qualified by its base alias: the declared `as_of` column, or the
-    event's source commit time (`COMMIT_TIME`)."""
-    return quote_qualified(view.base, view.as_of or COMMIT_TIME, dialect=dialect)
+    """An as-of view's time (`time_column`), qualified by its base alias."""
+    return quote_qualified(view.base, time_column(view), dialect=dialect)
 
 
 def valid_at(alias: str, time: str, dialect: Dialect = SPARK) -> str:

@@ -124,6 +124,7 @@ from lakehouse.gold.delta import (  # noqa: F401
     merge_subscriptions,
     merge_into_gold,
     live_rows,
+    num_files,
 )
 from lakehouse.gold.runner import (  # noqa: F401
     ViewRun,
@@ -131,7 +132,6 @@ from lakehouse.gold.runner import (  # noqa: F401
     change_stream,
     decode_changes,
     process_changes,
-    num_files,
     append_to_empty_gold,
     prepare_view,
     start_view,

@@ -37,17 +37,16 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 
 from lakehouse.declaration import Pipeline, Source, View
-from lakehouse.deltasql import last_commit, matched_delete, matched_update, merge, not_matched_insert, source_values
+from lakehouse.deltasql import create_table, matched_delete, matched_update, merge, not_matched_insert, source_values
 from lakehouse.gold import expression_join
-from lakehouse.gold.delta import ensure_gold_table, merge_into_gold, table_rows
+from lakehouse.gold.delta import append_tagged, ensure_gold_table, merge_into_gold, num_files, table_rows
 from lakehouse.gold.clock import PhaseClock
 from lakehouse.gold.feeds import FROM_FEED_START, Feed, feed_fields
-from lakehouse.gold.frames import alias_frame, gold_merge_source, view_rows
+from lakehouse.gold.frames import alias_frame, gold_merge_source, union_all, view_rows
 from lakehouse.gold.layout import KeyRange, clustered, count_and_ranges, range_predicate
 from lakehouse.gold.plan import BROADCAST_ROW_LIMIT, KEY_COLLECT_LIMIT, LITERAL_KEY_LIMIT, AliasPlan, ViewPlan
-from lakehouse.deltasql import create_table
 from lakehouse.spark import write_time
-from lakehouse.sqltext import COMMIT_TIME, quote
+from lakehouse.sqltext import quote, time_column
 from lakehouse.tables import (
     delta_txn,
     gold_table,
@@ -235,7 +234,7 @@ def as_of_rows(plan: ViewPlan, chain: DataFrame) -> DataFrame:
 def index_entries(plan: ViewPlan, chain: DataFrame) -> DataFrame:
     """The index rows of the events in `chain`: one per joined alias that looked a key up."""
     base = plan.base
-    parts = [
+    return union_all([
         chain.select(
             *[F.col(base.col(k)).alias(k) for k in base.source.primary_key],
             F.lit(alias.alias).alias(ALIAS),
@@ -243,11 +242,7 @@ def index_entries(plan: ViewPlan, chain: DataFrame) -> DataFrame:
             F.col(AT),
         ).where(F.col(KEY).isNotNull())
         for alias in plan.aliases[1:]
-    ]
-    out = parts[0]
-    for part in parts[1:]:
-        out = out.unionByName(part)
-    return out
+    ])
 
 
 def index_updates(plan: ViewPlan, events: DataFrame, entries: DataFrame) -> DataFrame:
@@ -307,21 +302,14 @@ def affected_events(
     old: DataFrame | None = None
     via_spans: DataFrame | None = None
     if found:
-        via_spans = found[0]
-        for part in found[1:]:
-            via_spans = via_spans.unionByName(part)
+        via_spans = union_all(found)
         if horizon is not None:
             before = F.col(AT) < F.lit(horizon).cast(TimestampType())
             old = via_spans.where(before).select(*base.primary_key).distinct()
             via_spans = via_spans.where(~before)
         via_spans = via_spans.select(*base.primary_key)
-    parts = [p for p in (base_keys, via_spans) if p is not None]
-    if not parts:
-        return None, old
-    keys = parts[0].select(*base.primary_key)
-    for part in parts[1:]:
-        keys = keys.unionByName(part.select(*base.primary_key))
-    return keys.distinct(), old
+    parts = [p.select(*base.primary_key) for p in (base_keys, via_spans) if p is not None]
+    return (union_all(parts).distinct() if parts else None), old
 
 
 # --------------------------------------------------------------------------- reading silver
@@ -334,8 +322,9 @@ _LITERAL_KEY_TYPES = ("bigint", "int", "smallint", "string")
 def history_reader(session: SparkSession, pipeline: Pipeline) -> Callable[[AliasPlan, DataFrame], DataFrame]:
     """`lookup_chain`'s history for a batch: the alias source's history rows whose key is wanted.
     Up to `LITERAL_KEY_LIMIT` keys of a one-column key become a literal `IN` (Delta skips the
-    files whose statistics exclude them; measured on the 100k-event bench: a two-hop chain for
-    100 events 1.6-2.2 s this way, 4.9-6.3 s as a broadcast semi-join of the key column's JSON);
+    files whose statistics exclude them; measured on the 100k-event bench lake, the same script,
+    two warm runs each: a two-hop chain for 100 events 2.6-3.8 s this way, 3.8-5.7 s as a
+    broadcast semi-join of the key column's JSON);
     more, a compound key or another key type, a broadcast semi-join."""
 
     def read(alias: AliasPlan, wanted: DataFrame) -> DataFrame:
@@ -403,7 +392,7 @@ def process_as_of(
     target = gold_table(pipeline, plan.view.name)
     index = index_table(pipeline, plan.view)
     tag = (lambda table: app_id(table)) if app_id else (lambda table: None)
-    if gold_may_be_empty and _empty(session, target):
+    if gold_may_be_empty and num_files(session, target) == 0:
         stats.update(_build(session, pipeline, plan, tag, version))
         clock.lap("build")
         return stats
@@ -426,7 +415,8 @@ def process_as_of(
     clock.lap("keys")
     if count == 0:
         return stats
-    current = events_of(session, pipeline, plan, F.broadcast(keys) if count <= BROADCAST_ROW_LIMIT else keys, ranges)
+    joinable = F.broadcast(keys) if count <= BROADCAST_ROW_LIMIT else keys  # one row per affected event
+    current = events_of(session, pipeline, plan, joinable, ranges)
     chain = lookup_chain(plan, current.where(~F.col("_deleted")), history_reader(session, pipeline), checkpoint_hops=True)
     chain = chain.localCheckpoint(eager=True)
     if not spans and _only_new_events(changes[base.name]):
@@ -434,9 +424,9 @@ def process_as_of(
         rows = as_of_rows(plan, chain).localCheckpoint(eager=True)
         clock.lap("recompute")
         stats.update(path="incremental", reason=f"{count} new event(s): appended")
-        stats["inserted"] = _append(rows, target, tag(target), version)
+        stats["inserted"] = append_tagged(rows, target, tag(target), version)
         clock.lap("merge")
-        stats["subscriptions_written"] = _append(index_entries(plan, chain), index, tag(index), version)
+        stats["subscriptions_written"] = append_tagged(index_entries(plan, chain), index, tag(index), version)
         clock.lap("index")
         return stats
     source = gold_merge_source(plan, keys, as_of_rows(plan, chain), current).localCheckpoint(eager=True)
@@ -445,7 +435,7 @@ def process_as_of(
     stats.update(merge_into_gold(session, target, plan, F.broadcast(source) if count <= BROADCAST_ROW_LIMIT else source,
                                  ranges, tag(target), version))
     clock.lap("merge")
-    stored = session.read.table(index).join(F.broadcast(keys) if count <= BROADCAST_ROW_LIMIT else keys, list(base.primary_key), "left_semi")
+    stored = session.read.table(index).join(joinable, list(base.primary_key), "left_semi")
     moved = index_changes(plan, index_updates(plan, keys, index_entries(plan, chain)), stored).localCheckpoint(eager=True)
     stats["subscriptions_written"] = _merge_index(plan, index, moved, tag(index), version) if not moved.isEmpty() else 0
     clock.lap("index")
@@ -458,16 +448,6 @@ def _only_new_events(rows: DataFrame) -> bool:
     return rows.where(F.col("_change_type") != "insert").limit(1).count() == 0
 
 
-def _append(rows: DataFrame, table: str, app_id: str | None, version: int | None) -> int:
-    """Append `rows` under the batch's txn tag; rows written (0 when the tag was applied already)."""
-    session = rows.sparkSession
-    before = last_commit(session, table)["version"]
-    with delta_txn(session, app_id, version):
-        rows.write.format("delta").mode("append").saveAsTable(table)
-    last = last_commit(session, table)
-    return 0 if last["version"] == before else int(last["operationMetrics"].get("numOutputRows", 0))
-
-
 def _record_kept(
     session: SparkSession, pipeline: Pipeline, plan: ViewPlan, old: DataFrame, horizon: datetime,
     tag: Callable[[str], str | None], version: int | None,
@@ -477,7 +457,7 @@ def _record_kept(
     enrichment it has. Returns how many."""
     base = plan.base.source
     events = events_of(session, pipeline, plan, old).where(~F.col("_deleted"))
-    at = F.col(plan.view.as_of) if plan.view.as_of else F.col(COMMIT_TIME)
+    at = F.col(time_column(plan.view))
     rows = events.select(
         F.lit(base.name).alias("source"),
         F.to_json(F.struct(*base.primary_key)).alias("key"),
@@ -487,7 +467,7 @@ def _record_kept(
         (F.lit(int(horizon.timestamp() * 1000)) - F.unix_millis(at)).alias("late_by_ms"),
         F.lit(KEPT_REASON).alias("reason"),
         write_time().alias("recorded_at"),
-    ).localCheckpoint(eager=True)
+    ).localCheckpoint(eager=False)  # filled by the count
     count = rows.count()
     if count:
         table = late_changes_table(pipeline)
@@ -501,15 +481,7 @@ KEPT_REASON = "as_of_beyond_retention"
 
 
 def _union_keys(spans: Mapping[str, DataFrame]) -> DataFrame:
-    parts = [s.select(KEY) for s in spans.values()]
-    out = parts[0]
-    for part in parts[1:]:
-        out = out.unionByName(part)
-    return out.where(F.col(KEY).isNotNull()).distinct()
-
-
-def _empty(session: SparkSession, table: str) -> bool:
-    return int(session.sql(f"DESCRIBE DETAIL {table}").first()["numFiles"]) == 0
+    return union_all([s.select(KEY) for s in spans.values()]).where(F.col(KEY).isNotNull()).distinct()
 
 
 def _build(session: SparkSession, pipeline: Pipeline, plan: ViewPlan, tag: Callable[[str], str | None], version: int | None) -> dict[str, Any]:
@@ -518,7 +490,7 @@ def _build(session: SparkSession, pipeline: Pipeline, plan: ViewPlan, tag: Calla
     events = events_of(session, pipeline, plan).where(~F.col("_deleted"))
     chain = lookup_chain(plan, events, all_history(session, pipeline)).localCheckpoint(eager=True)
     (rows,) = table_rows(session, [silver_current_table(pipeline, plan.base.source)])
-    inserted = _append(clustered(as_of_rows(plan, chain), plan.key_columns, rows), target, tag(target), version)
+    inserted = append_tagged(clustered(as_of_rows(plan, chain), plan.key_columns, rows), target, tag(target), version)
     entries = index_entries(plan, chain)
     with delta_txn(session, tag(index), version):  # in (alias, key) ranges: a lookup of a few keys reads few files
         clustered(entries, (ALIAS, KEY), rows * max(1, len(plan.aliases) - 1)).write.format("delta").mode("overwrite").saveAsTable(index)

@@ -13,7 +13,7 @@ from lakehouse.comments import apply_comments, commented, gold_comments
 from lakehouse.declaration import ForeignKey, Pipeline, Source
 from lakehouse.errors import TableLayoutError
 from lakehouse.gold.frames import HASH_LENGTH
-from lakehouse.deltasql import create_table, matched_delete, matched_update, merge, not_matched_insert, source_values
+from lakehouse.deltasql import create_table, last_commit, matched_delete, matched_update, merge, not_matched_insert, source_values
 from lakehouse.gold.layout import KeyRange, clustered, range_predicate_sql
 from lakehouse.gold.plan import (
     FRESHNESS_COLUMNS,
@@ -140,6 +140,22 @@ def fill_subscriptions(
             raise
         metrics = merge_subscriptions(session, table, updates, source, fk, app_id, version)
         return metrics["inserted"] + metrics["updated"] + metrics["deleted"]
+
+
+def num_files(spark: SparkSession, table: str) -> int:
+    """How many data files a Delta table holds (metadata only, no scan)."""
+    return int(spark.sql(f"DESCRIBE DETAIL {table}").first()["numFiles"])
+
+
+def append_tagged(rows: DataFrame, table: str, app_id: str | None = None, version: int | None = None) -> int:
+    """Append `rows` to `table` under the batch's txn tag (`tables.delta_txn`); the rows written,
+    from the commit's metrics (0 when the tag was applied already and Delta skipped the append)."""
+    session = rows.sparkSession
+    before = last_commit(session, table)["version"]
+    with delta_txn(session, app_id, version):
+        rows.write.format("delta").mode("append").saveAsTable(table)
+    last = last_commit(session, table)
+    return 0 if last["version"] == before else int(last["operationMetrics"].get("numOutputRows", 0))
 
 
 def merge_into_gold(

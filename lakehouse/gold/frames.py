@@ -156,7 +156,7 @@ def affected_base_keys(
             continue
         assert alias.join is not None and alias.parent is not None and alias.parent < alias.index
         parent = plan.aliases[alias.parent]
-        keys = _union(parts)
+        keys = union_all(parts)
         if alias.join.is_primary_key_join:
             keys = keys.select(*[F.col(c).alias(p) for c, p in zip(alias.source.primary_key, parent.source.primary_key)])
         elif alias.join.kind == "expression":
@@ -168,10 +168,11 @@ def affected_base_keys(
         gathered.setdefault(parent.index, []).append(keys)
     if not gathered.get(0):
         return None
-    return _union(gathered[0]).distinct()
+    return union_all(gathered[0]).distinct()
 
 
-def _union(parts: Sequence[DataFrame]) -> DataFrame:
+def union_all(parts: Sequence[DataFrame]) -> DataFrame:
+    """The frames' rows together (by column name)."""
     out = parts[0]
     for part in parts[1:]:
         out = out.unionByName(part)

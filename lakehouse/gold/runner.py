@@ -10,7 +10,6 @@ from typing import Any, Callable, Mapping, Sequence
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from lakehouse.deltasql import last_commit
 from lakehouse.declaration import Pipeline, Source
 from lakehouse.gold import as_of, expression_join
 from lakehouse.gold.clock import PhaseClock
@@ -20,6 +19,8 @@ from lakehouse.gold.feeds import decode_changes
 from lakehouse.gold.analyst import ensure_analyst_view
 from lakehouse.gold.cost import RefreshDecision, RefreshEstimate, choose_refresh, forced_refresh
 from lakehouse.gold.delta import (
+    append_tagged,
+    num_files,
     fill_subscriptions,
     ensure_gold_table,
     ensure_subscription_table,
@@ -51,7 +52,6 @@ from lakehouse.outcomes import Mailbox, Outcome, PostOffice
 from lakehouse.paths import Location, checkpoint_dir
 from lakehouse.streaming import AVAILABLE_NOW, Stream, StreamSpec, check_trigger, run_streams
 from lakehouse.tables import (
-    delta_txn,
     gold_table,
     silver_current_schema,
     silver_current_table,
@@ -373,11 +373,6 @@ def _by_recompute(
     return stats
 
 
-def num_files(spark: SparkSession, table: str) -> int:
-    """How many data files a Delta table holds (metadata only, no scan)."""
-    return int(spark.sql(f"DESCRIBE DETAIL {table}").first()["numFiles"])
-
-
 def append_to_empty_gold(
     session: SparkSession, pipeline: Pipeline, plan: ViewPlan, app_id: str | None = None, version: int | None = None
 ) -> int:
@@ -394,15 +389,8 @@ def append_to_empty_gold(
     by its transaction tag.
     """
     target = gold_table(pipeline, plan.view.name)
-    before = last_commit(session, target)["version"]
     (rows,) = table_rows(session, [silver_current_table(pipeline, plan.base.source)])  # about one gold row each
-    view_rows = clustered(full_recompute(session, pipeline, plan.view.name), plan.key_columns, rows)
-    with delta_txn(session, app_id, version):
-        view_rows.write.format("delta").mode("append").saveAsTable(target)
-    last = last_commit(session, target)
-    if last["version"] == before:  # skipped: this batch's append had already committed
-        return 0
-    return int(last["operationMetrics"].get("numOutputRows", 0))
+    return append_tagged(clustered(full_recompute(session, pipeline, plan.view.name), plan.key_columns, rows), target, app_id, version)
 
 
 def _missing_silver(spark: SparkSession, pipeline: Pipeline, plan: ViewPlan) -> list[str]:

@@ -20,6 +20,7 @@ from pyspark.sql import functions as F
 
 from lakehouse.declaration import Pipeline
 from lakehouse.gold import full_recompute, view_plan
+from lakehouse.gold.as_of import joined_sources
 from lakehouse.verify.oracle import oracle_view, silver_history_state, silver_live_state
 from lakehouse.tables import gold_table, row_struct, silver_current_table, silver_history_table
 
@@ -183,7 +184,7 @@ def verify_pipeline(
         missing = [
             t
             for t in [gold_table(pipeline, name)] + [silver_current_table(pipeline, s) for s in plan.sources]
-            + ([silver_history_table(pipeline, s) for s in plan.sources[1:]] if plan.view.temporal else [])
+            + ([silver_history_table(pipeline, s) for s in joined_sources(plan)] if plan.view.temporal else [])
             if not spark.catalog.tableExists(t)
         ]
         if missing:
@@ -191,7 +192,7 @@ def verify_pipeline(
             continue
         history = None
         if plan.view.temporal:
-            history = silver_history_state(spark, pipeline, [s.name for s in plan.sources if s.name != plan.base.source.name])
+            history = silver_history_state(spark, pipeline, [s.name for s in joined_sources(plan)])
         if truth_dir is None or plan.view.temporal:
             if truth_dir is not None:
                 check.note = AS_OF_AGAINST_SILVER

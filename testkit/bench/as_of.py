@@ -46,7 +46,7 @@ from lakehouse.tables import (
     silver_history_table,
 )
 from lakehouse.verify.views import diff_frames
-from testkit.bench import markdown_table
+from testkit.bench import check_workloads, fresh_schemas, markdown_table
 from testkit.bench.gold import side_by_side
 
 PIPELINE = """\
@@ -170,14 +170,10 @@ def bench_as_of(
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """An as-of view's batches against a full recompute of it, per workload and fraction."""
-    unknown = [w for w in workloads if w not in _GENERATORS]
-    if unknown:
-        raise ValueError(f"unknown workload(s) {unknown}; choose from {', '.join(WORKLOADS)}")
+    check_workloads(workloads, WORKLOADS)
     say = progress or (lambda _m: None)
     pipeline = parse_pipeline(PIPELINE, filename="bench_as_of.yml")
-    for schema in (pipeline.tables.silver_schema, pipeline.tables.gold_schema):
-        spark.sql(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
-        spark.sql(f"CREATE SCHEMA {schema}")
+    fresh_schemas(spark, pipeline)
     shutil.rmtree(checkpoint_dir(lake, pipeline.name, f"gold_{VIEW}"), ignore_errors=True)
     sizes = _sizes(events)
     started = time.monotonic()

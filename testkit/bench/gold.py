@@ -43,7 +43,7 @@ from testkit.reference_silver import apply_silver_changes, changes_schema, creat
 from lakehouse.paths import checkpoint_dir
 from lakehouse.tables import gold_table, silver_current_schema, silver_current_table, subscription_table
 from lakehouse.verify.views import diff_frames
-from testkit.bench import markdown_table
+from testkit.bench import check_workloads, fresh_schemas, markdown_table
 
 
 def _bench_pipeline(pipeline: Pipeline) -> Pipeline:
@@ -306,16 +306,12 @@ def bench_gold(
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Gold maintenance against a full recompute of one view (default: the one with the most joins)."""
-    unknown = [w for w in workloads if w not in _GENERATORS]
-    if unknown:
-        raise ValueError(f"unknown workload(s) {unknown}; choose from {', '.join(WORKLOADS)}")
+    check_workloads(workloads, WORKLOADS)
     say = progress or (lambda _m: None)
     bench = _bench_pipeline(pipeline)
     name = view or max(pipeline.views, key=lambda v: len(pipeline.views[v].joins))
     plan = view_plan(bench, name)
-    for schema in (bench.tables.silver_schema, bench.tables.gold_schema):
-        spark.sql(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
-        spark.sql(f"CREATE SCHEMA {schema}")
+    fresh_schemas(spark, bench)
     shutil.rmtree(checkpoint_dir(lake, bench.name, f"gold_{name}"), ignore_errors=True)
     sizes = _sizes(bench, name, fact_rows)
     started = time.monotonic()

@@ -61,7 +61,7 @@ class _Emitter:
         self.rng = rng
         self.partitions = partitions
         self.db_name = workload.database
-        self.names = {s.name: _schema_and_table(pipeline, s) for s in pipeline.sources.values()}
+        self.names = {s.name: schema_and_table(pipeline, s) for s in pipeline.sources.values()}
         self.codecs = {
             s.name: EnvelopeCodec(s, f"{pipeline.kafka.topic_prefix}.{'.'.join(self.names[s.name])}", schemas_enabled)
             for s in pipeline.sources.values()
@@ -176,7 +176,7 @@ class _Emitter:
         self.appended += 1
 
 
-def _schema_and_table(pipeline: Pipeline, source: Source) -> tuple[str, str]:
+def schema_and_table(pipeline: Pipeline, source: Source) -> tuple[str, str]:
     """The PostgreSQL schema and table behind a topic `<prefix>.<schema>.<table>`."""
     prefix = pipeline.kafka.topic_prefix + "."
     rest = source.topic[len(prefix):] if source.topic.startswith(prefix) else ""

@@ -8,7 +8,7 @@ from typing import Any, Mapping
 
 from lakehouse.declaration import Pipeline, Source
 from testkit.debezium_format import EnvelopeCodec, source_info
-from testkit.simulator.emitter import _schema_and_table
+from testkit.simulator.emitter import schema_and_table
 from testkit.simulator.records import KafkaRecord
 
 LATE_TX_ID = 1  # the source block's txId of a late record (any; silver orders by LSN)
@@ -17,7 +17,7 @@ LATE_TX_ID = 1  # the source block's txId of a late record (any; silver orders b
 def late_update_record(pipeline: Pipeline, source: Source, row: Mapping[str, Any], lsn: int, commit_us: int) -> KafkaRecord:
     """An update (`op: u`) of `row` committed at `commit_us` (epoch microseconds) at WAL position
     `lsn`, encoded as the simulator encodes its own records (no schemas, partition 0)."""
-    schema, table = _schema_and_table(pipeline, source)
+    schema, table = schema_and_table(pipeline, source)
     codec = EnvelopeCodec(source, f"{pipeline.kafka.topic_prefix}.{schema}.{table}", schemas_enabled=False)
     info = source_info(server=pipeline.kafka.topic_prefix, db="demo", schema=schema, table=table, commit_us=commit_us,
                        snapshot="false", lsn=lsn, last_commit_lsn=lsn - 32, tx_id=LATE_TX_ID)
