@@ -141,3 +141,20 @@ def ensure_schemas(spark: SparkSession, pipeline: Pipeline) -> None:
 def table_exists(spark: SparkSession, name: str) -> bool:
     """Whether a table exists, by its (catalog.)schema.table name."""
     return spark.catalog.tableExists(name)
+
+
+def tables_exist(spark: SparkSession, names: list[str]) -> bool:
+    """Whether every `[catalog.]schema.table` (or view) exists: one `SHOW TABLES` per schema,
+    the cheap check of a stage that prepared its tables earlier in this process."""
+    by_schema: dict[str, set[str]] = {}
+    for name in names:
+        schema, _, table = name.rpartition(".")
+        by_schema.setdefault(schema, set()).add(table.lower())
+    for schema, tables in by_schema.items():
+        try:
+            found = {r["tableName"].lower() for r in spark.sql(f"SHOW TABLES IN {schema}").collect()}
+        except Exception:  # noqa: BLE001 - a missing schema
+            return False
+        if not tables <= found:
+            return False
+    return True

@@ -11,7 +11,7 @@ from pyspark.sql.types import (
 from lakehouse.declaration import Pipeline
 from lakehouse.errors import CdcEnrichError
 from lakehouse.deltasql import create_table
-from lakehouse.spark import application_id, ensure_schemas
+from lakehouse.spark import application_id, ensure_schemas, tables_exist
 from lakehouse.tables import (
     bronze_schema,
     bronze_table,
@@ -36,28 +36,12 @@ def ensure_bronze_tables(spark: SparkSession, pipeline: Pipeline) -> None:
     ] + [(quarantine_table(pipeline), quarantine_schema(), "records that could not be parsed or validated", QUARANTINE_STATS_COLUMNS)]
     app = application_id(spark)
     keys = [(app, name, schema.json(), ",".join(stats)) for name, schema, _, stats in wanted]
-    if all(k in _CHECKED for k in keys) and _all_exist(spark, [name for name, *_ in wanted]):
+    if all(k in _CHECKED for k in keys) and tables_exist(spark, [name for name, *_ in wanted]):
         return
     ensure_schemas(spark, pipeline)
     for (name, schema, comment, stats), key in zip(wanted, keys):
         _ensure_table(spark, name, schema, comment, stats)
         _CHECKED.add(key)
-
-
-def _all_exist(spark: SparkSession, names: list[str]) -> bool:
-    """Whether every `[catalog.]schema.table` exists: one `SHOW TABLES` per schema."""
-    by_schema: dict[str, set[str]] = {}
-    for name in names:
-        schema, _, table = name.rpartition(".")
-        by_schema.setdefault(schema, set()).add(table.lower())
-    for schema, tables in by_schema.items():
-        try:
-            found = {r["tableName"].lower() for r in spark.sql(f"SHOW TABLES IN {schema}").collect()}
-        except Exception:  # noqa: BLE001 - a missing schema: the full check creates it
-            return False
-        if not tables <= found:
-            return False
-    return True
 
 
 #: Columns Delta keeps min/max statistics for. By default it takes the first 32 leaf columns,

@@ -93,6 +93,12 @@ def prepare_as_of(spark: SparkSession, pipeline: Pipeline, plan: ViewPlan) -> No
     ensure_gold_table(spark, pipeline, plan)
 
 
+def prepared_tables(pipeline: Pipeline, plan: ViewPlan) -> list[str]:
+    """What `prepare_as_of` creates or alters: the index, gold, and the joined sources' history."""
+    return [index_table(pipeline, plan.view), gold_table(pipeline, plan.view.name),
+            *[silver_history_table(pipeline, s) for s in joined_sources(plan)]]
+
+
 def _has_change_feed(spark: SparkSession, table: str) -> bool:
     rows = spark.sql(f"SHOW TBLPROPERTIES {table} ('delta.enableChangeDataFeed')").collect()
     return bool(rows) and str(rows[0]["value"]).lower() == "true"

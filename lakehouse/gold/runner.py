@@ -16,7 +16,7 @@ from lakehouse.gold.clock import PhaseClock
 from lakehouse.gold.feeds import Feed, feed_fields
 from lakehouse.gold.feeds import change_stream as feeds_change_stream
 from lakehouse.gold.feeds import decode_changes
-from lakehouse.gold.analyst import ensure_analyst_view
+from lakehouse.gold.analyst import analyst_view, ensure_analyst_view
 from lakehouse.gold.cost import RefreshDecision, RefreshEstimate, choose_refresh, forced_refresh
 from lakehouse.gold.delta import (
     append_tagged,
@@ -51,6 +51,7 @@ from lakehouse.metrics import recording_metrics
 from lakehouse.outcomes import Mailbox, Outcome, PostOffice
 from lakehouse.paths import Location, checkpoint_dir
 from lakehouse.streaming import AVAILABLE_NOW, Stream, StreamSpec, check_trigger, run_streams
+from lakehouse.spark import application_id, tables_exist
 from lakehouse.tables import (
     gold_table,
     silver_current_schema,
@@ -398,20 +399,36 @@ def _missing_silver(spark: SparkSession, pipeline: Pipeline, plan: ViewPlan) -> 
     return [feed.table for feed in view_kind(plan).feeds(pipeline, plan) if not spark.catalog.tableExists(feed.table)]
 
 
+#: Views this process has prepared, per Spark application and declaration: a later run of the
+#: same view only looks its tables up (one `SHOW TABLES` per schema) instead of preparing it again
+#: (measured 0.9-2.2 s a view per drain: schema statements, table checks, the analyst view's DDL).
+_PREPARED: set[tuple[str, str, str]] = set()
+
+
 def prepare_view(spark: SparkSession, pipeline: Pipeline, plan: ViewPlan) -> None:
     """Create the view's tables when missing (its kind's: subscription or index tables, gold),
-    and its analyst view."""
+    and its analyst view; once per process and declaration while those tables all exist."""
+    key = (application_id(spark), repr(pipeline.tables), repr(plan))
+    tables = [*view_kind(plan).tables(pipeline, plan), analyst_view(pipeline, plan.view.name)]
+    if key in _PREPARED and tables_exist(spark, tables):
+        return
     for schema in (pipeline.tables.qualified("silver", "x"), pipeline.tables.qualified("gold", "x")):
         spark.sql(f"CREATE SCHEMA IF NOT EXISTS {schema.rsplit('.', 1)[0]}")
     expression_join.check_key_types(spark, pipeline, plan.view)
     view_kind(plan).prepare(spark, pipeline, plan)
     ensure_analyst_view(spark, pipeline, plan)
+    if tables_exist(spark, tables):  # an as-of view's joined history may not exist yet: prepare again then
+        _PREPARED.add(key)
 
 
 def _prepare_current_state(spark: SparkSession, pipeline: Pipeline, plan: ViewPlan) -> None:
     for left, fk in plan.relations:
         ensure_subscription_table(spark, pipeline, left, fk)
     ensure_gold_table(spark, pipeline, plan)
+
+
+def _current_state_tables(pipeline: Pipeline, plan: ViewPlan) -> list[str]:
+    return [gold_table(pipeline, plan.view.name)] + [subscription_table(pipeline, left, fk.name) for left, fk in plan.relations]
 
 
 @dataclass(frozen=True)
@@ -421,10 +438,11 @@ class ViewKind:
     feeds: Callable[[Pipeline, ViewPlan], list[Feed]]
     process: Callable[..., dict[str, Any]]  # `process_changes`' signature
     prepare: Callable[[SparkSession, Pipeline, ViewPlan], None]
+    tables: Callable[[Pipeline, ViewPlan], list[str]]  # what `prepare` creates or alters
 
 
-CURRENT_STATE = ViewKind(current_feeds, process_changes, _prepare_current_state)
-AS_OF = ViewKind(as_of.as_of_feeds, as_of.process_as_of, as_of.prepare_as_of)
+CURRENT_STATE = ViewKind(current_feeds, process_changes, _prepare_current_state, _current_state_tables)
+AS_OF = ViewKind(as_of.as_of_feeds, as_of.process_as_of, as_of.prepare_as_of, as_of.prepared_tables)
 
 
 def view_kind(plan: ViewPlan) -> ViewKind:
