@@ -17,7 +17,7 @@ def run_cli(*args: str, lake: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*CLI, "--lake", str(lake), *args], capture_output=True, text=True, env=env, timeout=300)
 
 
-@pytest.mark.long
+@pytest.mark.slow  # two Spark starts (50 s); the default suite holds it in the bronze kill -9 test, whose restarted job finds the first job's tables by name
 def test_a_table_written_in_one_process_is_found_by_name_in_the_next_and_time_travels(tmp_path: Path):
     """Two separate processes (the embedded metastore allows one per lake at a time)."""
     lake = tmp_path / "lake"

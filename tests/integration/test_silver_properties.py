@@ -61,7 +61,7 @@ VALUE_COLUMNS = ("sku", "title", "price", "description")
 
 settings.register_profile(
     "silver",
-    max_examples=int(os.environ.get("SILVER_EXAMPLES", "3")),
+    max_examples=int(os.environ.get("SILVER_EXAMPLES", "2")),
     deadline=None,
     database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.data_too_large],
