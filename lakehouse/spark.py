@@ -74,9 +74,9 @@ def local_spark_conf(lake: Path, ui: bool = False) -> dict[str, str]:
         "spark.sql.warehouse.dir": str(warehouse),
         "spark.sql.catalogImplementation": "hive" if _has_hive() else "in-memory",
         "spark.hadoop.javax.jdo.option.ConnectionURL": f"jdbc:derby:;databaseName={metastore};create=true",
-        # The throughput collector and room for JIT code: a local Spark driver on two cores is CPU
-        # bound by planning, code generation and Delta's log work, and G1's concurrent threads took
-        # a share of it (the silver test file on two workers: 449 s with G1, 399 s with these).
+        # The throughput collector and room for JIT code (the two flags measured together, not
+        # apart): a local Spark driver on two cores is CPU bound by planning, code generation and
+        # Delta's log work. The silver test file on two pytest workers: 399 s with these, 456 s with G1.
         "spark.driver.extraJavaOptions": f"-Dderby.system.home={lake} -Duser.timezone=UTC -Dlog4j2.configurationFile={LOG_CONFIG} "
                                          f"{LOCAL_JVM_OPTIONS}",
         "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",

@@ -19,7 +19,6 @@ import os
 import threading
 import time
 from collections import defaultdict
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -27,6 +26,7 @@ import pytest
 
 from devstack.procs import free_port
 from lakehouse.declaration import Pipeline, parse_pipeline
+from tests.shop_views import current_state_only
 
 TRANSACTIONS = int(os.environ.get("CDC_ENRICH_PG_E2E_TRANSACTIONS", "300"))
 RESNAPSHOT_TRANSACTIONS = int(os.environ.get("CDC_ENRICH_PG_E2E_RESNAPSHOT_TRANSACTIONS", "500"))
@@ -79,8 +79,7 @@ def _variant(pipeline_path: Path, name: str) -> Pipeline:
     text = pipeline_path.read_text().replace("name: shop", f"name: {name}", 1).replace("topic_prefix: shop", f"topic_prefix: {name}", 1)
     for layer in ("bronze", "silver", "gold", "quality"):
         text = text.replace(f"shop_{layer}", f"{name}_{layer}")
-    pipeline = parse_pipeline(text, filename=str(pipeline_path))
-    return replace(pipeline, views={n: v for n, v in pipeline.views.items() if not v.temporal})
+    return current_state_only(parse_pipeline(text, filename=str(pipeline_path)))
 
 
 # --------------------------------------------------------------------------- pure pieces (no database)

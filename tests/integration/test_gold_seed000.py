@@ -125,7 +125,7 @@ def test_seed_000_instruction_table_inner_and_left(spark, lake: Path, kip213: Pi
         gold = sorted(tuple(r) for r in spark.table(gold_table(kip213, view)).select("k", "fk", "value").collect())
         oracle = sorted(tuple(r) for r in oracle_view(spark, kip213, view, state).select("k", "fk", "value").collect())
         assert gold == oracle, f"after the walk: {view} is {gold}, the SQL join is {oracle}"
-        assert gold == ([("k", 1, "foo"), ("q", 10, "baz")])  # the table's last row of output, for both joins
+        assert gold == [("k", 1, "foo"), ("q", 10, "baz")]  # the table's last row of output, for both joins
 
 
 @pytest.mark.slow  # the default suite holds the hash check in test_gold.py (a row never replaced by an older base version)
