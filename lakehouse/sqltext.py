@@ -8,6 +8,7 @@ A `Dialect` says how that text differs between engines; today only the identifie
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Mapping
 
 from lakehouse.declaration import Join, Pipeline, Source, View
@@ -50,7 +51,9 @@ def quote_qualified(*names: str, dialect: Dialect = SPARK) -> str:
     return ".".join(quote(n, dialect) for n in names)
 
 
-def render_view(pipeline: Pipeline, view: View | str, relations: Mapping[str, str], dialect: Dialect) -> str:
+def render_view(
+    pipeline: Pipeline, view: View | str, relations: Mapping[str, str], dialect: Dialect, watermark: str | None = None
+) -> str:
     """The view as one SQL statement; `relations[source]` is the SQL text naming that source's relation.
 
     Joins are written in declared order (left-deep), each foreign-key join as
@@ -59,6 +62,8 @@ def render_view(pipeline: Pipeline, view: View | str, relations: Mapping[str, st
     `COALESCE(base key, joined key)` (a right-only key is still a row, as in KIP-77).
     """
     view = pipeline.view(view)
+    if view.windowed:
+        return _render_window(pipeline, view, relations, dialect, watermark)
     base = pipeline.source(view.base)
     keys = [quote_qualified(view.base, k, dialect=dialect) for k in base.primary_key]
     lines = [f"FROM {relations[base.name]} AS {quote(view.base, dialect)}"]
@@ -100,6 +105,46 @@ def valid_at(alias: str, time: str, dialect: Dialect = SPARK) -> str:
     a = lambda column: quote_qualified(alias, column, dialect=dialect)  # noqa: E731
     return (f"NOT {a('_deleted')} AND {a('_valid_from')} <= {time} "
             f"AND ({a('_valid_to')} IS NULL OR {time} < {a('_valid_to')})")
+
+
+def window_times(view: View) -> tuple[str, str]:
+    """A windowed view's event times: (base column, joined column), each the declared
+    `window.time` column or the event's source commit time (`COMMIT_TIME`)."""
+    window = view.joins[0].window
+    assert window is not None
+    return window.base_time or COMMIT_TIME, window.time or COMMIT_TIME
+
+
+def _seconds(span: timedelta) -> str:
+    return f"INTERVAL '{int(span.total_seconds())}' SECOND"
+
+
+def _render_window(pipeline: Pipeline, view: View, relations: Mapping[str, str], dialect: Dialect, watermark: str | None) -> str:
+    """A windowed view (seed 002's KStream-KStream join) as SQL: the base events joined with the
+    joined events of the same key whose time lies in [base time - before, base time + after];
+    a left (outer) row for an unmatched event only once its window has closed: its time plus
+    its span (after for a base event, before for a joined one) is below `watermark` (the view's
+    stream time less the grace, a SQL timestamp expression; null: nothing has closed). The
+    relations hold the events gold accepted (late ones, recorded, are left out by the caller)."""
+    join = view.joins[0]
+    window = join.window
+    assert window is not None
+    base, joined = pipeline.source(view.base), pipeline.source(join.table)
+    q = lambda alias, column: quote_qualified(alias, column, dialect=dialect)  # noqa: E731
+    base_time = q(view.base, window_times(view)[0])
+    joined_time = q(join.alias, window_times(view)[1])
+    on = [f"{q(join.alias, mine)} = {q(view.base, theirs)}" for mine, theirs in window.on]
+    on.append(f"{joined_time} BETWEEN {base_time} - {_seconds(window.before)} AND {base_time} + {_seconds(window.after)}")
+    closed: list[str] = []
+    mark = watermark or "CAST(NULL AS TIMESTAMP)"
+    if join.type in ("left", "outer"):
+        closed.append(f"({q(join.alias, joined.primary_key[0])} IS NOT NULL OR {base_time} + {_seconds(window.after)} < {mark})")
+    if join.type == "outer":
+        closed.append(f"({q(view.base, base.primary_key[0])} IS NOT NULL OR {joined_time} + {_seconds(window.before)} < {mark})")
+    select = ",\n".join(f"  {q(c.alias, c.column)} AS {quote(c.name, dialect)}" for c in view.columns)
+    return ("SELECT\n" + select + f"\nFROM {relations[base.name]} AS {quote(view.base, dialect)}\n"
+            f"{dialect.join_keyword(join)} {relations[joined.name]} AS {quote(join.alias, dialect)} ON " + " AND ".join(on)
+            + (f"\nWHERE {' AND '.join(closed)}" if closed else ""))
 
 
 def expression_sql(join: Join, dialect: Dialect = SPARK) -> str:

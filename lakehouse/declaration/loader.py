@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from lakehouse.declaration.model import (
     JOIN_TYPES,
     PK_JOIN_TYPES,
     EXPRESSION_JOIN_TYPES,
+    WINDOW_JOIN_TYPES,
     REPLICA_IDENTITIES,
     SEQUENCE_RULES,
     SIMPLE_TYPES,
@@ -38,6 +40,7 @@ from lakehouse.declaration.model import (
     TableNames,
     View,
     ViewColumn,
+    Window,
 )
 from lakehouse.errors import PipelineConfigError
 from lakehouse.kafka import only_references, option_problems, reference_problems
@@ -448,8 +451,11 @@ def _view(name: str, raw: Any, sources: dict[str, Source], problems: Problems) -
     if base not in sources:
         problems.add(_join(path, "base"), f"unknown source {base!r} (declared: {', '.join(sorted(sources))})")
         return None
-    temporal = sources[base].is_event_stream
-    as_of = _as_of_column(values, path, sources[base], temporal, problems)
+    windowed = any(isinstance(j, dict) and "window" in j for j in values.get("joins") or [] if isinstance(values.get("joins"), list))
+    temporal = sources[base].is_event_stream and not windowed  # a windowed view times its events in `window`
+    if windowed and "as_of" in values:
+        problems.add(_join(path, "as_of"), "a windowed view times its events in its join's `window.time`, not `as_of`")
+    as_of = _as_of_column(values, path, sources[base], temporal, problems) if not (windowed and "as_of" in values) else None
     alias_tables: dict[str, str] = {base: base}
     joins: list[Join] = []
     raw_joins = values.get("joins", [])
@@ -484,6 +490,12 @@ def _view(name: str, raw: Any, sources: dict[str, Source], problems: Problems) -
     for pk_col in sources[base].primary_key:
         if not any(c.alias == base and c.column == pk_col for c in columns):
             problems.add(_join(path, "columns"), f"must select the base table's primary key column {base}.{pk_col} (gold rows are keyed by it)")
+    for join in joins:
+        if join.kind == "window":
+            for pk_col in sources[join.table].primary_key:
+                if not any(c.alias == join.alias and c.column == pk_col for c in columns):
+                    problems.add(_join(path, "columns"), f"must select the joined events' primary key column {join.alias}.{pk_col} "
+                                                         "(a windowed view's rows are keyed by both events)")
     if temporal:
         for i, join in enumerate(joins):
             if join.is_primary_key_join:
@@ -519,7 +531,7 @@ def _view_join(path: str, raw: Any, alias_tables: dict[str, str], sources: dict[
     values = _mapping(raw, path, problems)
     if not values:
         return None
-    _unknown_keys(values, ("alias", "via", "table", "on", "key", "type"), path, problems)
+    _unknown_keys(values, ("alias", "via", "table", "on", "key", "type", "window"), path, problems)
     alias = _identifier(values.get("alias"), f"{path}.alias", problems, "alias")
     if alias is None:
         return None
@@ -563,8 +575,10 @@ def _view_join(path: str, raw: Any, alias_tables: dict[str, str], sources: dict[
         return Join(alias=alias, table=table, type=join_type, parent_alias=base, foreign_key=None)
     if "key" in values:
         return _expression_join(path, values, alias, alias_tables, sources, problems)
-    problems.add(path, "a join needs `via: <alias>.<foreign key>`, or `table: <source>` with `on: primary_key` or with "
-                       "`key: <expression>` (a global table)")
+    if "window" in values:
+        return _window_join(path, values, alias, alias_tables, sources, problems)
+    problems.add(path, "a join needs `via: <alias>.<foreign key>`, or `table: <source>` with `on: primary_key`, with "
+                       "`key: <expression>` (a global table) or with `window:` (two events sources)")
     return None
 
 
@@ -599,6 +613,90 @@ def _expression_join(path: str, values: dict, alias: str, alias_tables: dict[str
         return None
     join_type = _choice(values, "type", EXPRESSION_JOIN_TYPES, "inner", path, problems)
     return Join(alias=alias, table=table, type=join_type, parent_alias=read[0], key=key)
+
+
+_DURATION = re.compile(r"^(\d+)\s+(second|seconds|minute|minutes|hour|hours|day|days)$")
+_DURATION_UNITS = {"second": "seconds", "minute": "minutes", "hour": "hours", "day": "days"}
+
+
+def _duration(values: dict, key: str, path: str, problems: Problems) -> timedelta:
+    """A window's duration such as '7 days' or '30 minutes' (0 when absent)."""
+    value = values.get(key, "0 seconds")
+    match = _DURATION.match(value.strip()) if isinstance(value, str) else None
+    if match is None:
+        problems.add(_join(path, key), f"expected a duration such as '7 days', '2 hours' or '0 seconds', got {_kind(value)}")
+        return timedelta(0)
+    unit = match.group(2).rstrip("s") if match.group(2) != "seconds" else "second"
+    return timedelta(**{_DURATION_UNITS[unit]: int(match.group(1))})
+
+
+def _event_time(column: Any, source: Source, where: str, problems: Problems) -> str | None:
+    """A timestamp column of an events source that times its events (None when absent or bad)."""
+    if column is None:
+        return None
+    if not isinstance(column, str) or column not in source.column_names:
+        problems.add(where, f"expected a timestamp column of {source.name!r} ({', '.join(source.column_names)}), got {_kind(column)}")
+        return None
+    if source.column(column).type != "timestamp":
+        problems.add(where, f"{source.name}.{column} is {source.column(column).type}; an event's time must be a timestamp column")
+        return None
+    return column
+
+
+def _window_join(path: str, values: dict, alias: str, alias_tables: dict[str, str], sources: dict[str, Source],
+                 problems: Problems) -> Join | None:
+    """`{alias, table: <events source>, type: inner|left|outer, window: {on: {<joined column>: <base column>},
+    before, after, grace, time: {<alias>: <timestamp column>}}}`: seed 002's windowed join."""
+    table = _joined_table(values, path, sources, problems)
+    if table is None:
+        return None
+    base = sources[next(iter(alias_tables))]
+    joined = sources[table]
+    if len(alias_tables) > 1:
+        problems.add(path, "a windowed join pairs the base events with one other events source: it must be the view's only join")
+        return None
+    for source, where in ((base, "base"), (joined, "table")):
+        if not source.is_event_stream:
+            problems.add(f"{path}.{where}" if where == "table" else path,
+                         f"a windowed join pairs two events sources; {source.name!r} is kind {source.kind}")
+            return None
+    if joined.name == base.name:
+        problems.add(f"{path}.table", "a windowed join pairs two different events sources")
+        return None
+    where = _join(path, "window")
+    window = _mapping(values.get("window"), where, problems)
+    if not window:
+        return None
+    _unknown_keys(window, ("on", "before", "after", "grace", "time"), where, problems)
+    on_raw = window.get("on")
+    on: list[tuple[str, str]] = []
+    if not isinstance(on_raw, dict) or not on_raw:
+        problems.add(_join(where, "on"), f"expected a mapping of {table} column to {base.name} column, e.g. {{payment_id: id}}, got {_kind(on_raw)}")
+        return None
+    for mine, theirs in on_raw.items():
+        at = _join(_join(where, "on"), str(mine))
+        if mine not in joined.column_names:
+            problems.add(at, f"{table!r} has no column {mine!r} (columns: {', '.join(joined.column_names)})")
+        elif not isinstance(theirs, str) or theirs not in base.column_names:
+            problems.add(at, f"expected a column of {base.name!r} ({', '.join(base.column_names)}), got {_kind(theirs)}")
+        elif joined.column(mine).type != base.column(theirs).type:
+            problems.add(at, f"{table}.{mine} is {joined.column(mine).type} but {base.name}.{theirs} is {base.column(theirs).type}: a join key needs one type")
+        else:
+            on.append((mine, theirs))
+    times = _mapping(window.get("time"), _join(where, "time"), problems, required=False)
+    _unknown_keys(times, (base.name, alias), _join(where, "time"), problems)
+    bound = Window(
+        on=tuple(on),
+        before=_duration(window, "before", where, problems),
+        after=_duration(window, "after", where, problems),
+        grace=_duration(window, "grace", where, problems),
+        base_time=_event_time(times.get(base.name), base, _join(_join(where, "time"), base.name), problems),
+        time=_event_time(times.get(alias), joined, _join(_join(where, "time"), alias), problems),
+    )
+    if len(on) != len(on_raw):
+        return None
+    join_type = _choice(values, "type", WINDOW_JOIN_TYPES, "inner", path, problems)
+    return Join(alias=alias, table=table, type=join_type, parent_alias=base.name, window=bound)
 
 
 def _joined_table(values: dict, path: str, sources: dict[str, Source], problems: Problems) -> str | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
@@ -20,6 +21,7 @@ REPLICA_IDENTITIES = ("default", "full")
 JOIN_TYPES = ("inner", "left")
 PK_JOIN_TYPES = ("inner", "left", "outer")
 EXPRESSION_JOIN_TYPES = ("inner", "left")  # a global table joined on a key expression
+WINDOW_JOIN_TYPES = ("inner", "left", "outer")  # two events sources paired within a time bound
 STARTING_OFFSETS = ("earliest", "latest")
 
 
@@ -143,6 +145,22 @@ class Source:
 
 
 @dataclass(frozen=True)
+class Window:
+    """A windowed join's bound (seed 002's KStream-KStream join): a joined event pairs with a
+    base event of the same key when `base time - before <= joined time <= base time + after`
+    (both inclusive). `grace` is how long after the latest event time seen a late event is
+    still accepted; an unmatched event's row (left, outer) is written once its window plus the
+    grace has closed (`lakehouse.gold.windowed`)."""
+
+    on: tuple[tuple[str, str], ...]  # (joined column, base column) pairs: the join key
+    before: timedelta
+    after: timedelta
+    grace: timedelta
+    base_time: str | None = None  # a timestamp column of the base; None = the event's source commit time
+    time: str | None = None  # a timestamp column of the joined source; None = its source commit time
+
+
+@dataclass(frozen=True)
 class Join:
     """One join of a gold view.
 
@@ -159,11 +177,15 @@ class Join:
     parent_alias: str  # a key expression's: the one earlier alias it reads
     foreign_key: str | None = None  # None for a primary-key or key-expression join
     key: str | None = None  # a join on a global table: Spark SQL over `parent_alias` columns, = its primary key
+    window: Window | None = None  # a windowed join of two events sources
 
     @property
     def kind(self) -> str:
-        """`foreign_key`, `primary_key` or `expression` (a global table's key = an expression of an
-        earlier alias): how the join matches, hence how gold maintains it. The one test of a join's kind."""
+        """`foreign_key`, `primary_key`, `expression` (a global table's key = an expression of an
+        earlier alias) or `window` (two events sources within a time bound): how the join
+        matches, hence how gold maintains it. The one test of a join's kind."""
+        if self.window is not None:
+            return "window"
         return "foreign_key" if self.foreign_key else "expression" if self.key is not None else "primary_key"
 
     @property
@@ -227,6 +249,11 @@ class View:
     def has_outer(self) -> bool:
         """Some join is FULL OUTER: then a gold row's key may come from the joined side only."""
         return any(j.is_outer for j in self.joins)
+
+    @property
+    def windowed(self) -> bool:
+        """A windowed view: its one join pairs two events sources within a time bound."""
+        return any(j.kind == "window" for j in self.joins)
 
     def key_pairs(self, base: Source) -> tuple[tuple[str, str], ...]:
         """(output column, base primary key column) per key column of `base`, the view's base table.

@@ -11,7 +11,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from lakehouse.declaration import Pipeline, Source
-from lakehouse.gold import as_of, expression_join
+from lakehouse.gold import as_of, expression_join, windowed
 from lakehouse.gold.clock import PhaseClock
 from lakehouse.gold.feeds import Feed, feed_fields
 from lakehouse.gold.feeds import change_stream as feeds_change_stream
@@ -444,11 +444,15 @@ class ViewKind:
 
 CURRENT_STATE = ViewKind(current_feeds, process_changes, _prepare_current_state, _current_state_prepared_tables)
 AS_OF = ViewKind(as_of.as_of_feeds, as_of.process_as_of, as_of.prepare_as_of, as_of.prepared_tables)
+WINDOWED = ViewKind(windowed.windowed_feeds, windowed.process_windowed, windowed.prepare_windowed, windowed.prepared_tables)
 
 
 def view_kind(plan: ViewPlan) -> ViewKind:
-    """The one place a view's kind picks its machinery: an as-of view (its base is an events
+    """The one place a view's kind picks its machinery: a windowed view (two events sources
+    within a time bound, `lakehouse.gold.windowed`), an as-of view (its base is an events
     source, `lakehouse.gold.as_of`) or a current-state view (foreign-key joins, this module)."""
+    if plan.view.windowed:
+        return WINDOWED
     return AS_OF if plan.view.temporal else CURRENT_STATE
 
 

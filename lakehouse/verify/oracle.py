@@ -12,6 +12,7 @@ maintainer that drives gold in tests lives in `testkit.reference_silver`.
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from typing import Iterable, Mapping
 
 from pyspark.sql import DataFrame, SparkSession
@@ -27,13 +28,22 @@ from lakehouse.tables import (
 )
 
 
-def oracle_sql(pipeline: Pipeline, view: View | str, relations: Mapping[str, str]) -> str:
+def oracle_sql(pipeline: Pipeline, view: View | str, relations: Mapping[str, str], watermark: datetime | None = None) -> str:
     """The view as one Spark SQL statement; `relations[source]` names the relation holding that source.
 
     The plain left-deep join of `lakehouse.sqltext.render_view` (a null fk matches nothing; after a
-    FULL OUTER primary-key join the key is COALESCE(base key, joined key), as in KIP-77).
+    FULL OUTER primary-key join the key is COALESCE(base key, joined key), as in KIP-77); a
+    windowed view's unmatched rows are those whose window closed below `watermark`.
     """
-    return render_view(pipeline, view, relations, SPARK)
+    mark = None if watermark is None else f"timestamp_micros({_micros(watermark)})"
+    return render_view(pipeline, view, relations, SPARK, mark)
+
+
+def _micros(at: datetime) -> int:
+    """A timestamp as µs since the epoch (naive: UTC), exact."""
+    at = at if at.tzinfo else at.replace(tzinfo=timezone.utc)
+    delta = at - datetime(1970, 1, 1, tzinfo=timezone.utc)
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
 def oracle_view(
@@ -42,13 +52,15 @@ def oracle_view(
     view: View | str,
     state: Mapping[str, DataFrame],
     history: Mapping[str, DataFrame] | None = None,
+    watermark: datetime | None = None,
 ) -> DataFrame:
     """The view's rows over `state` (live rows per source): `oracle_sql` with the state's frames
     as the statement's parameters (no temp views: the result is read lazily under Spark Connect).
 
     An as-of view reads its joined sources from `history` (every version: the source columns,
     `_valid_from`, `_valid_to`, `_deleted`) and, unless it declares `as_of`, its events' commit
-    time (`_source_ts`) from `state`."""
+    time (`_source_ts`) from `state`. A windowed view reads both events sources from `state`
+    (the events gold accepted) with their commit times, and closes windows below `watermark`."""
     view = pipeline.view(view)
     frames: dict[str, DataFrame] = {}
     for alias in view.aliases:
@@ -61,9 +73,9 @@ def oracle_view(
                                      f"of {source.name!r} (every version with its valid_from/valid_to)")
             frames[source.name] = history[source.name].select(*source.column_names, *HISTORY_COLUMNS)
         else:
-            extra = (COMMIT_TIME,) if view.temporal and not view.as_of else ()
+            extra = (COMMIT_TIME,) if (view.temporal and not view.as_of) or view.windowed else ()
             frames[source.name] = state[source.name].select(*source.column_names, *extra)
-    return sql_with_frames(spark, lambda names: oracle_sql(pipeline, view, names), frames)
+    return sql_with_frames(spark, lambda names: oracle_sql(pipeline, view, names, watermark), frames)
 
 
 #: What an as-of view's oracle reads of a joined source's history, beside its columns.
