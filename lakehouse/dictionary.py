@@ -5,8 +5,10 @@ the descriptions of the pipeline file (`cdc-enrich docs`). Built from the declar
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from lakehouse.comments import GOLD_FRESHNESS, ROW_HASH_GOLD, SILVER_COLUMNS
-from lakehouse.declaration import Pipeline, Source, View
+from lakehouse.declaration import Join, Pipeline, Source, View
 from lakehouse.metrics import metrics_table
 from lakehouse.quality.suites import build_suites
 from lakehouse.tables import (
@@ -58,15 +60,16 @@ def _view(pipeline: Pipeline, view: View) -> list[str]:
     lines = [f"### View `{view.name}`", ""]
     if view.description:
         lines += [view.description, ""]
-    keys = view.key_columns(pipeline.source(view.base))
+    keys = pipeline.view_key(view)
     lines += [
         f"- Analyst view `{pipeline.tables.qualified('analyst', view.name)}`: the columns below plus `_source_ts` and `_updated_at`.",
-        f"- Gold table `{gold_table(pipeline, view.name)}`, one row per `{view.base}` row; key ({', '.join(keys)}).",
+        f"- Gold table `{gold_table(pipeline, view.name)}`, {_rows_of(view)}; key ({', '.join(keys)}).",
     ]
     for join in view.joins:
         on = {"foreign_key": f"foreign key `{join.parent_alias}.{join.foreign_key}`",
               "expression": f"its key = `{join.key}` (a global table, broadcast)",
-              "primary_key": f"the primary key of `{join.parent_alias}`"}[join.kind]
+              "primary_key": f"the primary key of `{join.parent_alias}`",
+              }.get(join.kind) or _window_words(join)
         lines.append(f"- {join.type} join `{join.table}` as `{join.alias}` on {on}"
                      + (f", the version valid {view.lookup_time} (silver history)." if view.temporal else "."))
     rows = []
@@ -77,11 +80,37 @@ def _view(pipeline: Pipeline, view: View) -> list[str]:
     lines += [""] + _table(("column", "from", "type", "description"), rows)
     lines += [
         "",
-        f"Lineage columns (gold table only), per alias: `_<alias>_hash`, `_<alias>_seq` (the version a row was built from); "
-        f"`_row_hash`: {ROW_HASH_GOLD}. Freshness: " + "; ".join(f"`{c}`: {t}" for c, t in GOLD_FRESHNESS.items()) + ".",
+        ("`_pair`, `_window_key` (gold table only): the pair's primary keys and join key as JSON; " if view.windowed else
+         "Lineage columns (gold table only), per alias: `_<alias>_hash`, `_<alias>_seq` (the version a row was built from); ")
+        + f"`_row_hash`: {ROW_HASH_GOLD}. Freshness: " + "; ".join(f"`{c}`: {t}" for c, t in GOLD_FRESHNESS.items()) + ".",
         "",
     ]
     return lines
+
+
+def _rows_of(view: View) -> str:
+    if view.windowed:
+        return (f"one row per pair of `{view.base}` and `{view.joins[0].table}` events within the window "
+                "(an unmatched event's row once its window and grace closed)")
+    return f"one row per `{view.base}` row"
+
+
+def _window_words(join: Join) -> str:
+    window = join.window
+    assert window is not None
+    on = " and ".join(f"`{join.alias}.{mine}` = `{join.parent_alias}.{theirs}`" for mine, theirs in window.on)
+    return (f"{on}, its time within {_duration(window.before)} before and {_duration(window.after)} after the base event's "
+            f"(grace {_duration(window.grace)}; later events are recorded in `_late_changes`, not joined)")
+
+
+def _duration(span: timedelta) -> str:
+    """'2 days', '1 hour', '90 seconds': the largest unit that divides the span."""
+    seconds = int(span.total_seconds())
+    for unit, size in (("day", 86_400), ("hour", 3_600), ("minute", 60)):
+        if seconds and seconds % size == 0:
+            n = seconds // size
+            return f"{n} {unit}{'s' if n != 1 else ''}"
+    return f"{seconds} second{'s' if seconds != 1 else ''}"
 
 
 def data_dictionary(pipeline: Pipeline) -> str:

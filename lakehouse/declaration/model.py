@@ -380,6 +380,16 @@ class Pipeline:
         except KeyError:
             raise UnknownNameError(f"pipeline {self.name!r} has no view {view!r}") from None
 
+    def view_key(self, view: View | str) -> tuple[str, ...]:
+        """Gold's row key of a view: the output columns selecting its base's primary key and,
+        in a windowed view (a row is one pair of events), the joined events' too."""
+        view = self.view(view)
+        key = view.key_columns(self.source(view.base))
+        for join in view.joins:
+            if join.kind == "window":
+                key += tuple(view._output_of(join.alias, pk) for pk in self.source(join.table).primary_key)
+        return key
+
     def join_relation(self, view: View, join: Join) -> tuple[Source, ForeignKey]:
         """(left source, foreign key) a foreign-key join follows: one subscription relation."""
         if join.foreign_key is None:

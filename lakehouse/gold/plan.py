@@ -78,7 +78,7 @@ class ViewPlan:
 
     view: View
     aliases: tuple[AliasPlan, ...]
-    key_columns: tuple[str, ...]  # gold's key: the output columns selecting the base primary key
+    key_columns: tuple[str, ...]  # gold's key (`Pipeline.view_key`): the output columns selecting the base primary key
     relations: tuple[tuple[Source, ForeignKey], ...]  # subscription relations this view follows
     sources: tuple[Source, ...]  # distinct silver tables the view reads, in alias order
 
@@ -156,7 +156,7 @@ def view_plan(pipeline: Pipeline, view: View | str) -> ViewPlan:
     for a in aliases:
         if all(s.name != a.source.name for s in sources):
             sources.append(a.source)
-    plan = ViewPlan(view, tuple(aliases), view.key_columns(aliases[0].source), tuple(relations), tuple(sources))
+    plan = ViewPlan(view, tuple(aliases), pipeline.view_key(view), tuple(relations), tuple(sources))
     clash = set(plan.output_columns) & (set(plan.lineage_columns) | {ROW_HASH, *FRESHNESS_COLUMNS, "_present", "_guard_seq"})
     if clash:
         raise PipelineConfigError(f"view {view.name!r}: output column(s) {sorted(clash)} clash with gold's metadata columns; rename them")

@@ -317,6 +317,32 @@ def gold_suite(pipeline: Pipeline, view: View) -> TableSuite:
     return TableSuite(layer="gold", name=f"gold.{view.name}", table=table, suite=suite)
 
 
+def windowed_gold_suite(pipeline: Pipeline, view: View) -> TableSuite:
+    """gold.<windowed view>: one row per pair (`_pair` set and unique); each event a row holds is
+    live in silver; an inner join's rows hold both events, a left join's the base event."""
+    table = gold_table(pipeline, view.name)
+    expectations: list[gx.expectations.Expectation] = [
+        _not_null("_pair", "pair_not_null", description="every gold row names its pair of events"),
+        _unique(["_pair"], "pair_unique", description="one gold row per pair of events"),
+    ]
+    join = view.joins[0]
+    for alias, source in ((view.base, pipeline.source(view.base)), (join.alias, pipeline.source(join.table))):
+        keys = [(view._output_of(alias, pk), pk) for pk in source.primary_key]
+        silver = sql_name(silver_current_table(pipeline, source))
+        on = " AND ".join(f"g.{quote(out)} = s.{quote(pk)}" for out, pk in keys)
+        present = " AND ".join(f"g.{quote(out)} IS NOT NULL" for out, _ in keys)
+        expectations.append(_unexpected_rows(
+            f"SELECT g.* FROM {{batch}} AS g LEFT ANTI JOIN {silver} AS s ON {on} AND NOT s.`_deleted` WHERE {present}",
+            f"event_live:{alias}", f"every {alias} event in gold is live in {silver_current_table(pipeline, source)}"))
+        must_hold = join.type == "inner" or (alias == view.base and join.type == "left")
+        if must_hold:
+            expectations += [_not_null(out, f"event_not_null:{out}", description=f"every row of this {join.type} join holds its {alias} event")
+                             for out, _ in keys]
+    expectations += rule_expectations(view.rules, live_only=False)
+    suite = gx.ExpectationSuite(name=_suite_name(pipeline, "gold", view.name), expectations=expectations)
+    return TableSuite(layer="gold", name=f"gold.{view.name}", table=table, suite=suite)
+
+
 # --------------------------------------------------------------------------- all of them
 
 
@@ -327,5 +353,5 @@ def build_suites(pipeline: Pipeline) -> list[TableSuite]:
     suites += [silver_current_suite(pipeline, s) for s in pipeline.sources.values()]
     suites += [held_changes_suite(pipeline, s) for s in pipeline.sources.values() if s.quarantine_rules]
     suites.append(late_changes_suite(pipeline))
-    suites += [gold_suite(pipeline, v) for v in pipeline.views.values()]
+    suites += [windowed_gold_suite(pipeline, v) if v.windowed else gold_suite(pipeline, v) for v in pipeline.views.values()]
     return suites

@@ -163,7 +163,7 @@ def postgres_view_sql(pipeline: Pipeline, view: View | str) -> str:
 
 def view_key_columns(pipeline: Pipeline, view: View) -> tuple[str, ...]:
     """The output columns selecting the base table's primary key: gold's key."""
-    return view.key_columns(pipeline.source(view.base))
+    return pipeline.view_key(view)
 
 
 def view_column_types(pipeline: Pipeline, view: View) -> list[Column]:

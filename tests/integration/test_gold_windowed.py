@@ -225,7 +225,7 @@ def check(spark, pipeline: Pipeline, reference: Reference) -> None:
              for table in ("payments", "refunds")}
     expected = oracle_view(spark, pipeline, "refunds_outer", state, watermark=reference.watermark)
     gold = spark.read.table(gold_table(pipeline, "refunds_outer"))
-    diff = diff_frames(expected, gold, ("payment_id", "refund_id"), plan.output_columns)
+    diff = diff_frames(expected, gold, plan.key_columns, plan.output_columns)
     assert diff.ok, f"gold differs from the windowed SQL join: {diff}"
     for side in sides(plan):
         late = {(side.source.name, r["id"]) for r in spark.read.table(event_table(pipeline, plan, side)).where(F.col(LATE)).collect()}
