@@ -75,6 +75,7 @@ class ViewRun:
     deleted: int = 0
     subscriptions_written: int = 0
     kept_beyond_retention: int = 0  # as-of views: events a correction older than history's retention left as they were
+    late_events: int = 0  # windowed views: events that arrived after their window closed (recorded, not joined)
     seconds: float = 0.0
     phases: dict[str, float] = field(default_factory=dict)  # seconds per phase, summed
     paths: dict[str, int] = field(default_factory=dict)  # batches per refresh path (build, incremental, recompute)
@@ -91,6 +92,7 @@ class ViewRun:
             + (f"; paths: {', '.join(f'{p} {n}' for p, n in self.paths.items())}" if self.paths else "")
             + (f"; {self.kept_beyond_retention} event(s) kept as they were: the correction is older than history's retention"
                if self.kept_beyond_retention else "")
+            + (f"; {self.late_events} late event(s) recorded in _late_changes, not joined" if self.late_events else "")
         )
 
 
@@ -191,6 +193,7 @@ def _count_batch(run: ViewRun, outcome: Outcome, progress: Callable[[str], None]
     run.deleted += stats["deleted"]
     run.subscriptions_written += stats["subscriptions_written"]
     run.kept_beyond_retention += stats.get("kept_beyond_retention", 0)
+    run.late_events += stats.get("late", 0)
     if "path" in stats:
         run.paths[stats["path"]] = run.paths.get(stats["path"], 0) + 1
         run.last_reason = stats["reason"]

@@ -37,12 +37,14 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from lakehouse.declaration import Pipeline, parse_pipeline
-from lakehouse.gold import view_plan
+from lakehouse.gold import run_gold, view_plan
 from lakehouse.gold.runner import prepare_view
 from lakehouse.gold.windowed import LATE, LATE_REASON, event_table, process_windowed, sides, windowed_feeds
+from lakehouse.silver import apply_batch, ensure_silver_tables
 from lakehouse.tables import gold_table, late_changes_table, row_struct
 from lakehouse.verify.oracle import oracle_view
-from lakehouse.verify.views import diff_frames
+from lakehouse.verify.views import diff_frames, verify_pipeline
+from testkit.bench.silver import BronzeChange, bronze_frame
 from tests.windowed_views import PIPELINE
 
 SEEDS = int(os.environ.get("CDC_ENRICH_WINDOW_SEEDS", "20"))
@@ -251,3 +253,57 @@ def test_windowed_view_equals_the_windowed_sql_join_for_any_arrival_order(spark)
 def test_windowed_view_converges_over_many_seeds_and_batches(spark) -> None:
     pipeline, reference = run(spark, list(range(SLOW_SEEDS)), SLOW_BATCHES)
     check(spark, pipeline, reference)
+
+
+# --------------------------------------------------------------------------- through silver and the stream, by example
+
+
+def _payment(key: int, account: int, at: datetime) -> BronzeChange:
+    return BronzeChange("c", key={"id": key}, after={"id": key, "account": account, "amount": 10 * key, "paid_at": at},
+                        sequence=key, ts_ms=int(at.timestamp() * 1000))
+
+
+def _refund(key: int, account: int, at: datetime) -> BronzeChange:
+    return BronzeChange("c", key={"id": key}, after={"id": key, "account": account, "amount": key, "refunded_at": at},
+                        sequence=key, ts_ms=int(at.timestamp() * 1000))
+
+
+def test_a_windowed_view_through_silver_pairs_at_once_closes_windows_later_and_records_a_late_refund(spark, lake) -> None:
+    """Seed 002's outer window join, step by step through real silver tables and gold's stream:
+    a pair is written at once; an unmatched refund's row once its window closed; an unmatched
+    payment's row only when a later event moves the watermark past its window plus the grace; a
+    refund arriving after that is recorded as late and changes nothing (no null row retracted)."""
+    token = uuid.uuid4().hex[:6]
+    pipeline = parse_pipeline(PIPELINE.replace("name: windowed", f"name: wi_{token}\ntables: {{silver_schema: wi_{token}_s, gold_schema: wi_{token}_g}}"))
+    plan = view_plan(pipeline, "refunds_outer")
+    payments, refunds = pipeline.source("payments"), pipeline.source("refunds")
+    for source in (payments, refunds):
+        ensure_silver_tables(spark, pipeline, source)
+    day = lambda d, h=0: EPOCH + timedelta(days=d, hours=h)  # noqa: E731
+    last_report: list[str] = []
+
+    def deliver(round_: int, pays: list[BronzeChange], refs: list[BronzeChange]) -> set[tuple[Any, Any]]:
+        for source, batch in ((payments, pays), (refunds, refs)):
+            if batch:
+                apply_batch(bronze_frame(spark, source, batch, first_offset=round_ * 100), round_, pipeline, source, "wi")
+        report = run_gold(spark, pipeline, lake)
+        assert report.views["refunds_outer"].skipped is None
+        last_report[:] = [report.render()]
+        return {(r["payment_id"], r["refund_id"]) for r in spark.table(gold_table(pipeline, "refunds_outer")).collect()}
+
+    # P1 (account 1) and P2 (account 2) paid on day 0; R1 refunds account 1 a day later; R9 refunds
+    # account 9, which paid nothing. Stream time day 1 10:00, watermark day 0 22:00: R9's window
+    # (its time plus the 1 hour a payment may follow it) has closed, P2's (its time plus 2 days) has not.
+    assert deliver(0, [_payment(1, 1, day(0, 10)), _payment(2, 2, day(0, 12))],
+                   [_refund(501, 1, day(1, 10)), _refund(509, 9, day(0, 11))]) == {(1, 501), (None, 509)}
+    # P3 on day 5: the watermark moves to day 4 12:00, past P2's window (day 2 12:00): P2 unmatched.
+    assert deliver(1, [_payment(3, 3, day(5))], []) == {(1, 501), (None, 509), (2, None)}
+    # R2 refunds P2 on day 1, inside P2's window, but arrives after it closed: recorded, not joined.
+    assert deliver(2, [], [_refund(502, 2, day(1))]) == {(1, 501), (None, 509), (2, None)}
+    assert "1 late event(s) recorded in _late_changes, not joined" in last_report[0]
+    late = spark.table(late_changes_table(pipeline)).where(F.col("reason") == LATE_REASON).collect()
+    assert [(r["source"], r["key"]) for r in late] == [("refunds", '{"id":502}')]
+    assert late[0]["late_by_ms"] == int((day(4, 12) - day(1)).total_seconds() * 1000)  # behind the watermark
+    report = verify_pipeline(spark, pipeline)
+    assert report.ok, report.render()
+    assert "accepted" in report.render()
