@@ -49,7 +49,10 @@ def gold_comments(pipeline: Pipeline, view: View, lineage: dict[str, tuple[str, 
     column, sequence column)."""
     joins = ", ".join(f"{j.type} join {j.table} as {j.alias}" for j in view.joins) or "no joins"
     kept = (f"each join looked up {view.lookup_time} in silver history; kept equal to that temporal join by cdc-enrich"
-            if view.temporal else "kept equal to that SQL join of silver current by cdc-enrich")
+            if view.temporal else
+            "pairs of events within the window, an unmatched event's row once its window and grace closed; "
+            "late events are recorded, not joined; kept by cdc-enrich" if view.windowed else
+            "kept equal to that SQL join of silver current by cdc-enrich")
     table = f"{view.description + ' ' if view.description else ''}Gold view {view.name!r}: {view.base} with {joins}; {kept}."
     columns: dict[str, str] = {}
     for col in view.columns:

@@ -9,6 +9,7 @@ from lakehouse.gold.as_of import as_of_view
 from lakehouse.gold.delta import live_rows
 from lakehouse.gold.frames import join_view
 from lakehouse.gold.plan import view_plan
+from lakehouse.gold.windowed import whole_view
 from lakehouse.tables import (
     subscription_table,
 )
@@ -18,8 +19,11 @@ from lakehouse.tables import (
 
 def full_recompute(spark: SparkSession, pipeline: Pipeline, view: str) -> DataFrame:
     """The whole view from silver: the batch join an incremental run must equal (an as-of view's
-    from the events and the joined sources' history, `lakehouse.gold.as_of`)."""
+    from the events and the joined sources' history, `lakehouse.gold.as_of`; a windowed view's
+    from its event state, `lakehouse.gold.windowed`)."""
     plan = view_plan(pipeline, view)
+    if plan.view.windowed:
+        return whole_view(spark, pipeline, plan)
     if plan.view.temporal:
         return as_of_view(spark, pipeline, plan)
     live = {s.name: live_rows(spark, pipeline, s) for s in plan.sources}

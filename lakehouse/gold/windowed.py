@@ -447,7 +447,14 @@ def _append_clock(session: SparkSession, pipeline: Pipeline, plan: ViewPlan, ver
         row.write.format("delta").mode("append").saveAsTable(table)
 
 
-# --------------------------------------------------------------------------- the whole view (verify)
+# --------------------------------------------------------------------------- the whole view (verify, the baseline)
+
+
+def whole_view(session: SparkSession, pipeline: Pipeline, plan: ViewPlan) -> DataFrame:
+    """Every row of the view from its event state and the watermark now: what the batches must
+    have written (a recompute's baseline and a rebuild's rows), no silver read."""
+    base, joined = (session.read.table(event_table(pipeline, plan, side)) for side in sides(plan))
+    return window_rows(plan, base, joined, _minus(stream_time_before(session, pipeline, plan, None), grace_us(plan)))
 
 
 def accepted_events(session: SparkSession, pipeline: Pipeline, plan: ViewPlan) -> dict[str, DataFrame]:

@@ -5,8 +5,8 @@ the watermark rule accepts.
 Each seed writes payments and refunds of a few accounts over ten days: refunds on the window's
 edges (exactly 2 days after a payment, exactly 1 hour before, and a second beyond either),
 refunds of no payment, null accounts, and some events updated (amount, time, account) or
-deleted afterwards. Every change is delivered roughly in time order with jitter, some twice,
-an update sometimes before its insert, in batches; silver's rule (the newest sequence per key
+deleted afterwards. Every change is delivered in batches by its time jittered by up to 16
+hours (some after the 12 hours' grace: late), some twice, an update sometimes before its insert; silver's rule (the newest sequence per key
 is current) is applied in Python and gold's batch (`process_windowed`) gets the change rows
 silver would emit.
 
@@ -37,7 +37,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from lakehouse.declaration import Pipeline, parse_pipeline
-from lakehouse.gold import run_gold, view_plan
+from lakehouse.gold import full_recompute, run_gold, view_plan
 from lakehouse.gold.runner import prepare_view
 from lakehouse.gold.windowed import LATE, LATE_REASON, event_table, process_windowed, sides, windowed_feeds
 from lakehouse.silver import apply_batch, ensure_silver_tables
@@ -55,6 +55,7 @@ EPOCH = datetime(2026, 3, 1, tzinfo=timezone.utc)
 SPAN = 1000
 BEFORE, AFTER, GRACE = timedelta(hours=1), timedelta(days=2), timedelta(hours=12)
 TIME = {"payments": "paid_at", "refunds": "refunded_at"}
+DELIVERY_SPAN = timedelta(days=12)  # events happen over 10 days; refunds up to 2 days after
 SIDES = {"payments": "base", "refunds": "joined"}
 
 
@@ -124,14 +125,17 @@ def _event_time(change: Change, last: dict[tuple[str, int], datetime]) -> dateti
 
 
 def deliveries(seed: int, batches: int) -> list[list[Change]]:
-    """A seed's changes in `batches` batches: roughly in event time, jittered, some twice."""
+    """A seed's changes in `batches` batches: delivered by their event time jittered by up to 16
+    hours (so now and then after the 12 hours' grace), some twice; every seed's batch k covers
+    the same stretch of delivery time, as one source database's would."""
     rng = random.Random(seed * 7 + 1)
     last: dict[tuple[str, int], datetime] = {}
-    timed = [(_event_time(c, last) + timedelta(hours=rng.uniform(-20, 20)), c) for c in generate(seed)]
+    timed = [(_event_time(c, last) + timedelta(hours=rng.uniform(-16, 16)), c) for c in generate(seed)]
     timed += [(t + timedelta(hours=rng.uniform(0, 30)), c) for t, c in timed if rng.random() < 0.15]  # twice
-    order = [c for _, c in sorted(timed, key=lambda tc: tc[0])]
-    cuts = sorted(rng.sample(range(1, len(order)), min(batches - 1, len(order) - 1)))
-    return [order[a:b] for a, b in zip([0] + cuts, cuts + [len(order)])] + [[]] * max(0, batches - 1 - len(cuts))
+    out: list[list[Change]] = [[] for _ in range(batches)]
+    for at, change in sorted(timed, key=lambda tc: tc[0]):
+        out[min(batches - 1, max(0, int((at - EPOCH) / DELIVERY_SPAN * batches)))].append(change)
+    return out
 
 
 # --------------------------------------------------------------------------- the reference (plain Python)
@@ -229,6 +233,8 @@ def check(spark, pipeline: Pipeline, reference: Reference) -> None:
     gold = spark.read.table(gold_table(pipeline, "refunds_outer"))
     diff = diff_frames(expected, gold, plan.key_columns, plan.output_columns)
     assert diff.ok, f"gold differs from the windowed SQL join: {diff}"
+    rebuilt = diff_frames(full_recompute(spark, pipeline, "refunds_outer"), gold, plan.key_columns, plan.output_columns)
+    assert rebuilt.ok, f"the whole view from the event state differs from gold: {rebuilt}"
     for side in sides(plan):
         late = {(side.source.name, r["id"]) for r in spark.read.table(event_table(pipeline, plan, side)).where(F.col(LATE)).collect()}
         assert late == {k for k in reference.late if k[0] == side.source.name}, f"late {side.source.name} differ"

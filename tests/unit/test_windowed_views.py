@@ -14,6 +14,7 @@ from lakehouse.errors import PipelineConfigError
 from lakehouse.gold import view_plan
 from lakehouse.gold.runner import WINDOWED, view_kind
 from lakehouse.gold.windowed import sides
+from lakehouse.quality.suites import build_suites
 from lakehouse.sqltext import SPARK, render_view
 from tests.windowed_views import LEFT_VIEW, PIPELINE
 
@@ -60,6 +61,14 @@ def test_the_oracle_writes_the_window_and_closes_unmatched_rows_below_the_waterm
     assert "< CAST(NULL AS TIMESTAMP)" in unwatermarked  # before any event nothing has closed
     inner = render_view(load(PIPELINE.replace("type: outer", "type: inner")), "refunds_outer", {s: s for s in pipeline.sources}, SPARK)
     assert "WHERE" not in inner
+
+
+def test_the_quality_suite_of_a_windowed_view_checks_pairs_and_live_events():
+    suites = {s.name: s for s in build_suites(load())}
+    checks = [e.meta["check"] for e in suites["gold.refunds_outer"].suite.expectations]
+    assert checks == ["pair_not_null", "pair_unique", "event_live:payments", "event_live:refund"]  # outer: either side may be missing
+    inner = {s.name: s for s in build_suites(load(PIPELINE.replace("type: outer", "type: inner")))}
+    assert "event_not_null:refund_id" in [e.meta["check"] for e in inner["gold.refunds_outer"].suite.expectations]
 
 
 def test_the_data_dictionary_says_a_row_is_a_pair():
