@@ -19,8 +19,11 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 
-def write_truth_files(truth: Mapping[str, Sequence[Mapping[str, Any]]], stats: Mapping[str, Any], directory: Path) -> None:
-    """`<source>.jsonl` (one row per line, sorted by key, typed as below) plus `stats.json`.
+def write_truth_files(truth: Mapping[str, Sequence[Mapping[str, Any]]], stats: Mapping[str, Any], directory: Path,
+                      history: Mapping[str, Sequence[Mapping[str, Any]]] | None = None) -> None:
+    """`<source>.jsonl` (one row per line, sorted by key, typed as below) plus `stats.json`, and
+    with `history` `<source>.history.jsonl` (every version: its row, `_valid_from`, `_valid_to`,
+    `_deleted`).
 
     Encoding per declared type: decimal -> string ("12.50"), date -> "YYYY-MM-DD", timestamp ->
     ISO-8601 UTC with microseconds ("2026-01-05T09:00:00.000000+00:00"), others as JSON values.
@@ -31,6 +34,9 @@ def write_truth_files(truth: Mapping[str, Sequence[Mapping[str, Any]]], stats: M
     for name, rows in truth.items():
         lines = (json.dumps({c: _truth_json(v) for c, v in row.items()}, ensure_ascii=False) for row in rows)
         (directory / f"{name}.jsonl").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    for name, rows in (history or {}).items():
+        lines = (json.dumps({c: _truth_json(v) for c, v in row.items()}, ensure_ascii=False) for row in rows)
+        (directory / f"{name}.history.jsonl").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     (directory / "stats.json").write_text(json.dumps(stats, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
@@ -66,6 +72,40 @@ def read_truth_frames(spark: "SparkSession", pipeline: Pipeline, directory: Path
             )
         rows = [tuple(row.get(c) for c in src.column_names) for row in truth.get(src.name, [])]
         frames[src.name] = spark.createDataFrame(rows, row_struct(src))
+    return frames
+
+
+def truth_outages(directory: Path) -> int:
+    """How many connector outages the simulated run had (each lost the records of the versions
+    committed during it: a version log no CDC consumer can rebuild)."""
+    stats = json.loads((Path(directory) / "stats.json").read_text(encoding="utf-8"))
+    return int(stats.get("chaos_applied", {}).get("resnapshots", 0))
+
+
+#: A history row's own columns beside the source's, with their types (`lakehouse.verify.oracle.HISTORY_COLUMNS`).
+HISTORY_TYPES = {"_valid_from": "timestamp", "_valid_to": "timestamp", "_deleted": "boolean"}
+
+
+def read_truth_history_frames(spark: "SparkSession", pipeline: Pipeline, directory: Path, sources: Sequence[str]) -> dict[str, "DataFrame"] | None:
+    """Every version of each of `sources` from `<source>.history.jsonl`, typed (source columns,
+    `_valid_from`, `_valid_to`, `_deleted`); None when the truth holds no history for one of them."""
+    from pyspark.sql.types import BooleanType, StructField, TimestampType
+
+    from lakehouse.tables import row_struct
+
+    frames = {}
+    for name in sources:
+        path = Path(directory) / f"{name}.history.jsonl"
+        if not path.exists():
+            return None
+        src = pipeline.source(name)
+        types = {c.name: c.type for c in src.columns} | HISTORY_TYPES
+        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+        struct = row_struct(src)
+        for column, kind in HISTORY_TYPES.items():
+            struct = struct.add(StructField(column, BooleanType() if kind == "boolean" else TimestampType(), True))
+        frames[name] = spark.createDataFrame(
+            [tuple(_truth_value(types[c], row.get(c)) for c in struct.fieldNames()) for row in rows], struct)
     return frames
 
 

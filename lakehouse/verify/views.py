@@ -119,10 +119,36 @@ class ViewCheck:
         return "\n".join(lines)
 
 
-#: An as-of view under `verify --truth`: the simulator's truth holds each table's final rows, and a
-#: snapshot may record a version at another time than its commit, so the temporal join is stated
-#: over what silver's history recorded (the join gold must equal), the events and all.
-AS_OF_AGAINST_SILVER = "joined as of each event's time: checked against the temporal join over silver history, not the truth files (they hold final rows)"
+#: An as-of view under `verify --truth`: the temporal join over the truth's version log (every
+#: version the database committed, at its commit time; the snapshot's rows at the snapshot's).
+AS_OF_AGAINST_TRUTH = "joined as of each event's time: checked against the temporal join over the truth's version log"
+#: ... unless the truth cannot state it: it has no version log, or outages lost versions.
+AS_OF_NO_TRUTH_HISTORY = ("joined as of each event's time: checked against the temporal join over silver history "
+                          "(the truth files hold no version log; simulate again to write one)")
+AS_OF_OUTAGES = ("joined as of each event's time: checked against the temporal join over silver history, not the "
+                 "truth's version log: {n} connector outage(s) lost the records of versions committed meanwhile, "
+                 "which no CDC consumer can know")
+
+
+def _as_of_state(spark: SparkSession, pipeline: Pipeline, plan: ViewPlan, truth_dir: Path | None
+                 ) -> tuple[dict[str, DataFrame], dict[str, DataFrame], str | None]:
+    """(state, history, note) for an as-of view's oracle: from the truth's version log (the
+    events' live rows with their commit time, every version of the joined sources) when it can
+    state the join, else from silver, with a note saying why."""
+    from lakehouse.verify.truth import read_truth_history_frames, truth_outages
+
+    names = list(dict.fromkeys([plan.base.source.name, *(s.name for s in joined_sources(plan))]))
+    note = None
+    if truth_dir is not None:
+        outages = truth_outages(truth_dir)
+        frames = None if outages else read_truth_history_frames(spark, pipeline, truth_dir, names)
+        if frames is not None:
+            base = plan.base.source
+            live = frames[base.name].where(F.col("_valid_to").isNull() & ~F.col("_deleted"))
+            return {base.name: live.select(*base.column_names, F.col("_valid_from").alias(COMMIT_TIME))}, frames, AS_OF_AGAINST_TRUTH
+        note = AS_OF_OUTAGES.format(n=outages) if outages else AS_OF_NO_TRUTH_HISTORY
+    history = silver_history_state(spark, pipeline, [s.name for s in joined_sources(plan)])
+    return silver_live_state(spark, pipeline, [s.name for s in plan.sources]), history, note
 
 
 @dataclass
@@ -198,10 +224,8 @@ def verify_pipeline(
             continue
         history = None
         if plan.view.temporal:
-            history = silver_history_state(spark, pipeline, [s.name for s in joined_sources(plan)])
-        if truth_dir is None or plan.view.temporal:
-            if truth_dir is not None:
-                check.note = AS_OF_AGAINST_SILVER
+            view_state, history, check.note = _as_of_state(spark, pipeline, plan, Path(truth_dir) if truth_dir is not None else None)
+        elif truth_dir is None:
             view_state = silver_live_state(spark, pipeline, [s.name for s in plan.sources])
         else:
             view_state = {

@@ -68,6 +68,9 @@ class _Emitter:
         }
         self.toast = {s.name: workload.hints(s).toast if s.replica_identity == "default" else () for s in pipeline.sources.values()}
         self.items: list[_Item] = []
+        #: The database's version log, independent of what reaches Kafka (an outage loses
+        #: records, not versions): (source, key, row or None for a delete, LSN, commit µs).
+        self.versions: list[tuple[str, tuple[Any, ...], Row | None, int, int]] = []
         self.appended = 0  # items ever appended (their `seq`; an outage removes items)
         self.wal = 24_000_000 + rng.randrange(0, 8_000_000, 8)
         self.tx_id = 700 + rng.randrange(300)
@@ -102,6 +105,8 @@ class _Emitter:
                 marker = _snapshot_marker(t_index == 0, t_index == len(tables) - 1, r_index == 0, r_index == len(rows) - 1)
                 info = self._info(src, table_ts, marker, lsn, None, tx_id)
                 self._add(src, "r", None, row, (), info, clock, phase)
+                if phase == "snapshot":  # the rows as the capture first finds them, at the snapshot's time
+                    self.versions.append((src.name, tuple(row[k] for k in src.primary_key), dict(row), lsn, table_ts))
             clock += self.rng.randrange(2_000, 30_000)
         self.wal += self.rng.randrange(200, 4_000, 8)
         self.last_proc_us = clock
@@ -128,6 +133,9 @@ class _Emitter:
     def _emit(self, change: _Change, lsn: int, commit_us: int, proc_us: int) -> None:
         src = change.source
         before, after = self._images(change)
+        row = change.old if change.op == "d" else change.new
+        assert row is not None
+        self.versions.append((src.name, tuple(row[k] for k in src.primary_key), None if change.op == "d" else dict(row), lsn, commit_us))
         info = self._info(src, commit_us, "false", lsn, self.last_commit_end, self.tx_id)
         self._add(src, change.op, before, after, change.headers, info, proc_us, "stream", change.old if change.op == "d" else change.new)
 

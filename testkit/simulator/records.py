@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
@@ -41,10 +41,14 @@ class Simulation:
     truth: source name -> final rows, sorted by primary key. Values are int, str, bool, float,
       Decimal (at the declared scale), date, and timezone-aware UTC datetimes, or None.
     stats: counts per source and op, chaos applied, LSNs and times (JSON-serialisable).
+    history: source name -> every version the database committed, with `_valid_from`, `_valid_to`
+      (the next version's commit time; None: still valid) and `_deleted`, at Debezium's `ts_ms`
+      precision (the snapshot's rows at the snapshot's time): the truth of an as-of view.
     """
 
     records: list[KafkaRecord]
     truth: dict[str, list[dict[str, Any]]]
     stats: dict[str, Any]
+    history: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
 

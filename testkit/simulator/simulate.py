@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +52,7 @@ def simulate(
     truth = _truth(pipeline, driver.db)
     stats = _stats(pipeline, driver, timeline, records, truth, transactions,
                    dict(seed=seed, scale=scale, events_requested=events, chaos=chaos, schemas_enabled=schemas_enabled, partitions=partitions))
-    return Simulation(records=records, truth=truth, stats=stats)
+    return Simulation(records=records, truth=truth, stats=stats, history=_history(pipeline, driver.emitter.versions))
 
 
 def _truth(pipeline: Pipeline, db: _Database) -> dict[str, list[dict[str, Any]]]:
@@ -59,6 +60,27 @@ def _truth(pipeline: Pipeline, db: _Database) -> dict[str, list[dict[str, Any]]]
         name: [dict(db.tables[name].rows[k]) for k in sorted(db.tables[name].rows)]
         for name in pipeline.sources
     }
+
+
+def _history(pipeline: Pipeline, versions: list[tuple[str, tuple[Any, ...], dict[str, Any] | None, int, int]]) -> dict[str, list[dict[str, Any]]]:
+    """The version log as history rows: per key in commit (LSN) order, each version valid from
+    its commit time (ms, as Debezium's `ts_ms`) to the next one's; a delete is a version too."""
+    by_key: dict[tuple[str, tuple[Any, ...]], list[tuple[int, int, dict[str, Any] | None, int]]] = {}
+    for order, (source, key, row, lsn, commit_us) in enumerate(versions):
+        by_key.setdefault((source, key), []).append((lsn, order, row, commit_us))
+    out: dict[str, list[dict[str, Any]]] = {name: [] for name in pipeline.sources}
+    for (source, key), chain in sorted(by_key.items(), key=lambda kv: (kv[0][0], repr(kv[0][1]))):
+        src = pipeline.sources[source]
+        chain.sort(key=lambda v: (v[0], v[1]))
+        for i, (_, _, row, commit_us) in enumerate(chain):
+            values = dict(row) if row is not None else {**{c: None for c in src.column_names}, **dict(zip(src.primary_key, key))}
+            after = _ms_time(chain[i + 1][3]) if i + 1 < len(chain) else None
+            out[source].append({**values, "_valid_from": _ms_time(commit_us), "_valid_to": after, "_deleted": row is None})
+    return out
+
+
+def _ms_time(commit_us: int) -> datetime:
+    return datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(milliseconds=commit_us // 1000)
 
 
 def _stats(pipeline: Pipeline, driver: _Driver, timeline: _Timeline, records: list[KafkaRecord],
@@ -92,6 +114,6 @@ def _stats(pipeline: Pipeline, driver: _Driver, timeline: _Timeline, records: li
 
 def write_truth(sim: Simulation, directory: Path) -> None:
     """The simulation's final rows and stats as the truth files `verify --truth` reads."""
-    write_truth_files(sim.truth, sim.stats, directory)
+    write_truth_files(sim.truth, sim.stats, directory, history=sim.history)
 
 
