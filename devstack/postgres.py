@@ -292,6 +292,7 @@ def _settings(port: int) -> dict[str, str]:
         "port": str(port),
         "unix_socket_directories": "''",  # TCP only: socket paths under a deep lake can exceed 107 bytes
         "wal_level": "logical",
+        "track_commit_timestamp": "on",  # each version's commit time, for the as-of check (`history_statements`)
         "max_replication_slots": "10",
         "max_wal_senders": "10",
         "max_connections": "60",

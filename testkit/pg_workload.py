@@ -195,12 +195,15 @@ def schema_statements(pipeline: Pipeline) -> list[Any]:
 
 
 def create_schema(dsn: str, pipeline: Pipeline) -> None:
-    """Create the pipeline's tables in PostgreSQL (idempotent)."""
+    """Create the pipeline's tables in PostgreSQL (idempotent), and the trigger-kept history of
+    each table an as-of view reads (`verify --against postgres` joins as of each event's time there)."""
     import psycopg
+
+    from lakehouse.verify.postgres import history_statements
 
     try:
         with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
-            for statement in schema_statements(pipeline):
+            for statement in [*schema_statements(pipeline), *history_statements(pipeline)]:
                 conn.execute(statement)
     except psycopg.Error as exc:
         raise WorkloadError(f"could not create the schema of pipeline {pipeline.name!r}: {exc}") from None

@@ -46,7 +46,7 @@ from lakehouse.declaration import Column, Pipeline, Source, View
 from lakehouse.entry import resolve_bootstrap
 from lakehouse.kafka import KafkaConnection, as_connection, kafka_connection
 from lakehouse.errors import CdcEnrichError, VerificationError
-from lakehouse.sqltext import POSTGRES, quote_qualified, render_view
+from lakehouse.sqltext import COMMIT_TIME, POSTGRES, quote_qualified, render_view
 
 _EPOCH = datetime(1970, 1, 1)
 EXAMPLES = 5  # differences shown per category in a report
@@ -161,6 +161,114 @@ def postgres_view_sql(pipeline: Pipeline, view: View | str) -> str:
     return render_view(pipeline, view, relations, POSTGRES)
 
 
+# --------------------------------------------------------------------------- as-of views: a history kept by triggers
+
+
+def as_of_sources(pipeline: Pipeline) -> list[Source]:
+    """The sources some as-of view reads (its events and every joined table): each needs a history."""
+    names = {view.table_of(alias) for view in pipeline.views.values() if view.temporal for alias in view.aliases}
+    return [s for s in pipeline.sources.values() if s.name in names]
+
+
+def history_table(pipeline: Pipeline, source: Source) -> str:
+    """`<schema>.<source>__history`: every version of the table's rows, written by a trigger."""
+    return _q(pipeline.kafka.source_schema, f"{source.name}__history")
+
+
+def history_statements(pipeline: Pipeline) -> list[str]:
+    """The DDL that keeps, inside the database, a history of each table an as-of view reads, so
+    that `verify --against postgres` can run the temporal join there: a table of the source's
+    columns plus the writing transaction's id (`_xid`: its commit time, with
+    `track_commit_timestamp = on`, is the version's start), `_deleted` and an ordinal, filled by
+    an AFTER row trigger (a delete, and the old key of a key change, as a deletion version, as
+    Debezium emits them). Idempotent; run it before the rows to keep history of are written."""
+    out = []
+    for source in as_of_sources(pipeline):
+        table, history = _q(pipeline.kafka.source_schema, source.name), history_table(pipeline, source)
+        function = _q(pipeline.kafka.source_schema, f"cdc_enrich_history__{source.name}")
+        cols = ", ".join(_q(c) for c in source.column_names)
+        keys = ", ".join(_q(c) for c in source.primary_key)
+        new = ", ".join(f"NEW.{_q(c)}" for c in source.column_names)
+        old_key = ", ".join(f"OLD.{_q(c)}" for c in source.primary_key)
+        moved = " OR ".join(f"OLD.{_q(c)} IS DISTINCT FROM NEW.{_q(c)}" for c in source.primary_key)
+        out += [
+            f"CREATE TABLE IF NOT EXISTS {history} AS SELECT {cols}, 0::bigint AS _xid, false AS _deleted FROM {table} WITH NO DATA",
+            f"ALTER TABLE {history} ADD COLUMN IF NOT EXISTS _ord bigserial",
+            f"""CREATE OR REPLACE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF TG_OP = 'DELETE' OR (TG_OP = 'UPDATE' AND ({moved})) THEN
+    INSERT INTO {history} ({keys}, _xid, _deleted) VALUES ({old_key}, txid_current(), true);
+  END IF;
+  IF TG_OP IN ('INSERT', 'UPDATE') THEN
+    INSERT INTO {history} ({cols}, _xid, _deleted) VALUES ({new}, txid_current(), false);
+  END IF;
+  RETURN NULL;
+END $$""",
+            f"DROP TRIGGER IF EXISTS cdc_enrich_history ON {table}",
+            f"CREATE TRIGGER cdc_enrich_history AFTER INSERT OR UPDATE OR DELETE ON {table} FOR EACH ROW EXECUTE FUNCTION {function}()",
+        ]
+    return out
+
+
+def history_relation(pipeline: Pipeline, source: Source, capture_start: datetime | None) -> str:
+    """A subquery of `source`'s versions as silver history states them: each valid from its
+    transaction's commit time (ms, as Debezium's `ts_ms`) to the next version's; a version
+    committed before the capture began (the connector's snapshot) is seen from the snapshot's
+    time, as the snapshot delivers it."""
+    start = "'-infinity'::timestamptz" if capture_start is None else f"'{capture_start.isoformat()}'::timestamptz"
+    cols = ", ".join(_q(c) for c in source.column_names)
+    keys = ", ".join(_q(c) for c in source.primary_key)
+    committed = "date_trunc('milliseconds', pg_xact_commit_timestamp((_xid % 4294967296)::text::xid))"
+    return (f"(SELECT {cols}, _deleted, _valid_from, LEAD(_valid_from) OVER (PARTITION BY {keys} ORDER BY _ord) AS _valid_to "
+            f"FROM (SELECT {cols}, _deleted, _ord, GREATEST({committed}, {start}) AS _valid_from "
+            f"FROM {history_table(pipeline, source)}) AS versions)")
+
+
+def postgres_as_of_sql(pipeline: Pipeline, view: View | str, capture_start: datetime | None) -> str:
+    """An as-of view as one PostgreSQL statement over the trigger-kept histories: the events'
+    live versions with their commit time, each join as of it (`lakehouse.sqltext.render_view`)."""
+    view = pipeline.view(view)
+    relations = {}
+    for name in {view.table_of(a) for a in view.aliases}:
+        source = pipeline.source(name)
+        history = history_relation(pipeline, source, capture_start)
+        if name == view.base:
+            cols = ", ".join(_q(c) for c in source.column_names)
+            history = f"(SELECT {cols}, _valid_from AS {_q(COMMIT_TIME)} FROM {history} AS h WHERE _valid_to IS NULL AND NOT _deleted)"
+        relations[name] = history
+    return render_view(pipeline, view, relations, POSTGRES)
+
+
+def snapshot_times(spark: Any, pipeline: Pipeline) -> list[datetime]:
+    """The distinct `ts_ms` of the snapshot records (`op: r`) bronze holds of the as-of sources:
+    one per snapshot the connector took."""
+    from pyspark.sql import functions as F
+
+    from lakehouse.tables import bronze_table
+
+    times: set[int] = set()
+    for source in as_of_sources(pipeline):
+        rows = spark.table(bronze_table(pipeline, source)).where(F.col("_op") == "r").select("_source_ts_ms").distinct().collect()
+        times |= {int(r[0]) for r in rows if r[0] is not None}
+    return [datetime.fromtimestamp(0, tz=timezone.utc) + timedelta(milliseconds=t) for t in sorted(times)]
+
+
+def _as_of_not_comparable(spark: Any, pipeline: Pipeline, dsn: str) -> str | datetime | None:
+    """Why the as-of views cannot be compared in the database (a reason), or the capture's start
+    (the snapshot's time; None: no snapshot) to compare them with."""
+    missing = [history_table(pipeline, s) for s in as_of_sources(pipeline)
+               if _pg_fetch(dsn, f"SELECT to_regclass('{history_table(pipeline, s)}')")[0][0] is None]
+    if missing:
+        return f"an as-of view: the database keeps no history of {', '.join(missing)} (create it with `history_statements`)"
+    if not _pg_fetch(dsn, "SELECT current_setting('track_commit_timestamp') = 'on'")[0][0]:
+        return "an as-of view: the database does not record commit times (`track_commit_timestamp = on`)"
+    snapshots = snapshot_times(spark, pipeline)
+    if len(snapshots) > 1:
+        return (f"an as-of view: the connector took {len(snapshots)} snapshots, so versions committed while it was "
+                "away reached the lake at a snapshot's time, not at their commit time")
+    return snapshots[0] if snapshots else None
+
+
 def view_key_columns(pipeline: Pipeline, view: View) -> tuple[str, ...]:
     """The output columns selecting the base table's primary key: gold's key."""
     return pipeline.view_key(view)
@@ -253,6 +361,7 @@ def _pg_fetch(dsn: str, statement: str) -> list[tuple[Any, ...]]:
     with psycopg.connect(dsn, connect_timeout=10) as conn:
         with conn.transaction():
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            conn.execute("SET LOCAL TIME ZONE 'UTC'")  # a `timestamp` column is UTC, as Debezium reads it
             return [tuple(r) for r in conn.execute(statement).fetchall()]
 
 
@@ -275,12 +384,13 @@ def compare_source(spark: Any, pipeline: Pipeline, source: Source, dsn: str) -> 
     return compare_rows(f"silver {source.name}", source.columns, source.primary_key, pg_rows, lake_rows)
 
 
-def compare_view(spark: Any, pipeline: Pipeline, view: View, dsn: str) -> TableDiff:
-    """gold.<view> against the view's join run inside PostgreSQL."""
+def compare_view(spark: Any, pipeline: Pipeline, view: View, dsn: str, statement: str | None = None) -> TableDiff:
+    """gold.<view> against the view's join run inside PostgreSQL (`statement`: another
+    statement of it, e.g. an as-of view's over the histories)."""
     from lakehouse.tables import gold_table
 
     columns = view_column_types(pipeline, view)
-    pg_rows = _pg_fetch(dsn, postgres_view_sql(pipeline, view))
+    pg_rows = _pg_fetch(dsn, statement or postgres_view_sql(pipeline, view))
     table = gold_table(pipeline, view.name)
     lake_rows = _spark_select(spark.table(table), columns) if spark.catalog.tableExists(table) else []
     return compare_rows(f"gold {view.name}", columns, view_key_columns(pipeline, view), pg_rows, lake_rows)
@@ -459,11 +569,13 @@ def compare_with_postgres(spark: Any, pipeline: Pipeline, dsn: str, catch_up: Ca
     report = PostgresVerifyReport(catch_up or CatchUp())
     report.gold = [compare_view(spark, pipeline, view, dsn) for view in pipeline.views.values()
                    if not view.temporal and not view.windowed]
-    report.not_compared = [
-        f"gold {view.name}: not compared (an as-of view: the database keeps no versions to join as of each event's "
-        "time; `verify` checks it against silver history)"
-        for view in pipeline.views.values() if view.temporal
-    ] + [
+    as_of = [view for view in pipeline.views.values() if view.temporal]
+    why_not = _as_of_not_comparable(spark, pipeline, dsn) if as_of else None
+    if isinstance(why_not, str):
+        report.not_compared = [f"gold {view.name}: not compared ({why_not}; `verify` checks it against silver history)" for view in as_of]
+    else:
+        report.gold += [compare_view(spark, pipeline, view, dsn, postgres_as_of_sql(pipeline, view, why_not)) for view in as_of]
+    report.not_compared += [
         f"gold {view.name}: not compared (a windowed view: which events were late depends on arrival order, which "
         "the database does not know; `verify` checks it against the events gold accepted)"
         for view in pipeline.views.values() if view.windowed

@@ -58,3 +58,25 @@ def test_compare_rows_reports_both_directions_values_and_checksums() -> None:
 # --------------------------------------------------------------------------- the end-to-end run
 
 
+
+
+def test_an_as_of_view_is_joined_in_the_database_over_trigger_kept_histories(shop_pipeline: Pipeline) -> None:
+    """`history_statements` keeps, per table an as-of view reads, every version with its
+    transaction id; the as-of statement times each version by its commit (ms, never before the
+    capture began) and joins each payment's live version as of its own commit time."""
+    from datetime import datetime, timezone
+
+    from lakehouse.verify.postgres import as_of_sources, history_statements, postgres_as_of_sql
+
+    assert [s.name for s in as_of_sources(shop_pipeline)] == ["customers", "orders", "payments"]
+    ddl = "\n".join(history_statements(shop_pipeline))
+    assert 'CREATE TABLE IF NOT EXISTS "public"."orders__history" AS SELECT "id", "customer_id"' in ddl
+    assert "INSERT INTO \"public\".\"orders__history\" (\"id\", _xid, _deleted) VALUES (OLD.\"id\", txid_current(), true)" in ddl
+    assert 'OLD."id" IS DISTINCT FROM NEW."id"' in ddl  # a key change: the old key's deletion, then the new key
+    assert 'CREATE TRIGGER cdc_enrich_history AFTER INSERT OR UPDATE OR DELETE ON "public"."payments"' in ddl
+    sql = postgres_as_of_sql(shop_pipeline, "payments_enriched", datetime(2026, 1, 5, 9, tzinfo=timezone.utc))
+    assert "GREATEST(date_trunc('milliseconds', pg_xact_commit_timestamp((_xid % 4294967296)::text::xid)), '2026-01-05T09:00:00+00:00'::timestamptz)" in sql
+    assert 'LEAD(_valid_from) OVER (PARTITION BY "id" ORDER BY _ord) AS _valid_to' in sql
+    assert 'WHERE _valid_to IS NULL AND NOT _deleted) AS "payments"' in sql  # the payments' live versions
+    assert 'AND NOT "customer"."_deleted" AND "customer"."_valid_from" <= "payments"."_source_ts"' in sql
+    assert "'-infinity'::timestamptz" in postgres_as_of_sql(shop_pipeline, "payments_enriched", None)
