@@ -24,12 +24,14 @@ from lakehouse.verify.views import verify_pipeline
 from testkit.bench.ingest import isolated_pipeline
 from tests.shop_views import narrowed
 
-VIEW = "orders_enriched"  # one view and its two sources: every stage, and few queries to start
+#: A current-state view and an as-of view over three sources: every stage and both view kinds'
+#: machinery, with few queries to start.
+VIEWS = ("orders_enriched", "payments_enriched")
 
 
 def connect_pipeline(path: Path, tag: str) -> Pipeline:
-    """The shop pipeline under its own names (`tag`), narrowed to `VIEW` and the sources it reads."""
-    return narrowed(isolated_pipeline(load_pipeline(path), tag), VIEW)
+    """The shop pipeline under its own names (`tag`), narrowed to `VIEWS` and the sources they read."""
+    return narrowed(isolated_pipeline(load_pipeline(path), tag), *VIEWS)
 
 
 def main() -> None:
