@@ -104,7 +104,7 @@ def run_demo(args: argparse.Namespace) -> int:
 
         for view in pipeline.views.values():
             if view.temporal:
-                _as_of_story(spark, pipeline, lake, status.bootstrap, view.name, late_correction=not with_postgres)
+                _as_of_story(spark, pipeline, lake, status.bootstrap, view.name, late_correction=not with_postgres, truth_dir=truth_dir)
 
         if with_postgres:
             _banner("6. verify: gold and silver == the same joins and tables inside PostgreSQL")
@@ -186,9 +186,10 @@ def _run(stage: str, spark: Any, pipeline: Any, lake: Path, bootstrap: str) -> N
     print(f"{stage} finished in {time.monotonic() - began:.1f}s")
 
 
-def _as_of_story(spark: Any, pipeline: Any, lake: Path, bootstrap: str, view: str, late_correction: bool) -> None:
+def _as_of_story(spark: Any, pipeline: Any, lake: Path, bootstrap: str, view: str, late_correction: bool,
+                 truth_dir: Path | None = None) -> None:
     """An as-of view's rows next to the same join as of now, then (simulator only) one dimension
-    version delivered late and the events it re-enriches."""
+    version delivered late and the events it re-enriches (the version joins the truth's log)."""
     from pyspark.sql import functions as F
 
     from cdc_enrich.render import render_rows
@@ -220,6 +221,11 @@ def _as_of_story(spark: Any, pipeline: Any, lake: Path, bootstrap: str, view: st
     from testkit.simulator import produce
 
     produce([record], bootstrap)
+    if truth_dir is not None:
+        from testkit.simulator.late import add_version_to_truth
+
+        values = {c: (new if c == column else event[c]) for c in source.column_names}
+        add_version_to_truth(truth_dir, source, values, int(moment.timestamp() * 1_000_000))
     print(f"\na late correction: {source.name} {key_text} had {column} = {new!r} (not {old!r}) from {moment}, a change "
           f"that reaches Kafka only now (an older LSN than the records already read); bronze, silver and gold again:")
     for stage in ("bronze", "silver", "gold"):

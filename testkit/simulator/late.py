@@ -1,12 +1,17 @@
 """One Debezium record written after the fact: a version of a row committed at an earlier time
 and LSN than the records already delivered (a connector catching up, a replayed topic). The demo
-uses it to show an as-of view correcting the events that version was valid for."""
+uses it to show an as-of view correcting the events that version was valid for, and records the
+version in the truth's version log (it was committed then, only delivered late)."""
 
 from __future__ import annotations
 
+import json
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any, Mapping
 
 from lakehouse.declaration import Pipeline, Source
+from lakehouse.verify.truth import write_truth_files  # noqa: F401 (the format this file edits)
 from testkit.debezium_format import EnvelopeCodec, source_info
 from testkit.simulator.emitter import schema_and_table
 from testkit.simulator.records import KafkaRecord
@@ -23,3 +28,27 @@ def late_update_record(pipeline: Pipeline, source: Source, row: Mapping[str, Any
                        snapshot="false", lsn=lsn, last_commit_lsn=lsn - 32, tx_id=LATE_TX_ID)
     value = codec.value("u", None, dict(row), info, commit_us, commit_us * 1000)
     return KafkaRecord(source.topic, codec.key(dict(row)), value)
+
+
+def add_version_to_truth(directory: Path, source: Source, row: Mapping[str, Any], commit_us: int) -> None:
+    """Put `row`, committed at `commit_us`, into `<source>.history.jsonl` between its key's
+    neighbours (the one before now ends there; it ends where the next one starts)."""
+    path = Path(directory) / f"{source.name}.history.jsonl"
+    versions = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+    at = datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(milliseconds=commit_us // 1000)
+    key = [row[k] for k in source.primary_key]
+    mine = sorted((v for v in versions if [v[k] for k in source.primary_key] == key), key=lambda v: v["_valid_from"])
+    before = [v for v in mine if datetime.fromisoformat(v["_valid_from"]) <= at]
+    after = [v for v in mine if datetime.fromisoformat(v["_valid_from"]) > at]
+    new = {c: _as_truth(v) for c, v in row.items()} | {
+        "_valid_from": at.isoformat(timespec="microseconds"), "_valid_to": after[0]["_valid_from"] if after else None, "_deleted": False}
+    if before:
+        before[-1]["_valid_to"] = new["_valid_from"]
+    versions.append(new)
+    path.write_text("".join(json.dumps(v, ensure_ascii=False) + "\n" for v in versions), encoding="utf-8")
+
+
+def _as_truth(value: Any) -> Any:
+    from lakehouse.verify.truth import _truth_json
+
+    return _truth_json(value)
