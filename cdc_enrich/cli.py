@@ -325,6 +325,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 options["workloads"] = tuple(w.strip() for w in args.workloads.split(",") if w.strip())
             results[name] = bench_as_of(spark, lake, progress=_say, **options)
             _say(as_of_table(results[name]))
+        elif name == "global_row":
+            from testkit.bench.global_row import bench_global_row
+            from testkit.bench.global_row import render_table as global_table
+
+            results[name] = bench_global_row(spark, lake, progress=_say, **({"rows": args.rows} if args.rows else {}))
+            _say(global_table(results[name]))
         elif name == "silver":
             from testkit.bench.silver import bench_silver
 
@@ -484,7 +490,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_history)
 
     p = sub.add_parser("bench", parents=[common, with_pipeline, kafka], help="benchmarks against a side-by-side baseline", description=cmd_bench.__doc__)
-    p.add_argument("which", choices=("ingest", "silver", "gold", "as_of", "pipeline", "freshness", "all"))
+    p.add_argument("which", choices=("ingest", "silver", "gold", "as_of", "global_row", "pipeline", "freshness", "all"))
     p.add_argument("--events", type=int, help="ingest: events produced; silver: changes per batch; pipeline: simulated changes (default 100000)")
     p.add_argument("--batch-sizes", help="pipeline: comma list of records per trigger (default 1000,10000,100000)")
     p.add_argument("--rows", type=int, help="gold: fact table rows; as_of: events (default 1000000)")

@@ -30,7 +30,7 @@ of events whose window closed) and MERGEs only the rows that differ.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any, Callable, Mapping, Sequence
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -64,7 +64,6 @@ PAIR = "_pair"  # gold's key: both events' primary keys as JSON (a missing side 
 WINDOW_KEY = "_window_key"  # gold's join key: which rows a changed key recomputes
 STREAM_TIME = "stream_time"
 LATE_REASON = "window_closed"  # `_late_changes.reason` of an event that arrived after its window closed
-MICROS = 1_000_000
 
 
 # --------------------------------------------------------------------------- the two sides (pure)
@@ -104,8 +103,8 @@ def sides(plan: ViewPlan) -> tuple[Side, Side]:
     )
 
 
-def _micros(span: Any) -> int:
-    return int(span.total_seconds() * MICROS)
+def _micros(span: timedelta) -> int:
+    return span // timedelta(microseconds=1)
 
 
 def grace_us(plan: ViewPlan) -> int:
@@ -194,7 +193,7 @@ def join_key(side: Side) -> Column:
     return F.coalesce(shared, own)
 
 
-def judged_events(side: Side, changes: DataFrame, stored: DataFrame, watermark_us: int | None) -> DataFrame:
+def judged_events(side: Side, changes: DataFrame, stored: DataFrame, mark: int | None) -> DataFrame:
     """The batch's newest change per event, as event-state rows, judged: `_late` when its first
     arrival is below the watermark or has no time (an event already stored keeps its judgement);
     `_gone` when deleted; `_old_key` its stored key; `_first` when new to the state."""
@@ -203,7 +202,7 @@ def judged_events(side: Side, changes: DataFrame, stored: DataFrame, watermark_u
     at = F.col(side.time)
     rows = latest.select(*side.columns, join_key(side).alias(KEY), at.alias(AT), "_sequence", SOURCE_TS, "_gone")
     old = stored.select(*pk, F.col(KEY).alias("_old_key"), F.col(LATE).alias("_was_late"))
-    arriving_late = F.col(AT).isNull() | F.coalesce(F.unix_micros(F.col(AT)) < F.lit(watermark_us).cast("long"), F.lit(False))
+    arriving_late = F.col(AT).isNull() | F.coalesce(F.unix_micros(F.col(AT)) < F.lit(mark).cast("long"), F.lit(False))
     return rows.join(old, pk, "left").select(
         *side.columns, KEY, AT, F.coalesce(F.col("_was_late"), arriving_late).alias(LATE), "_sequence", SOURCE_TS,
         "_gone", "_old_key", F.col("_was_late").isNull().alias("_first"),
@@ -223,15 +222,20 @@ def touched_keys(judged: DataFrame) -> DataFrame:
             .unionByName(judged.where(F.col("_old_key").isNotNull()).select(F.col("_old_key").alias(KEY))))
 
 
+def window_closed(side: Side, at_us: Column, mark: int) -> Column:
+    """Whether an event's window has closed below the watermark `mark`: its time (µs) plus its span."""
+    return at_us + F.lit(side.span_us) < F.lit(mark)
+
+
 def closing_keys(side: Side, state: DataFrame, before_us: int | None, after_us: int | None) -> DataFrame:
     """Join keys of this side's accepted events whose window closed in this batch (the watermark
-    moved from `before_us` to `after_us` past their time plus span): their unmatched rows are due."""
+    moved from `before_us` to `after_us`): their unmatched rows are due."""
     if not side.emits_unmatched or after_us is None or (before_us is not None and after_us <= before_us):
         return state.limit(0).select(KEY)
-    end = F.unix_micros(F.col(AT)) + F.lit(side.span_us)
-    closes = ~F.col(LATE) & (end < F.lit(after_us))
+    at = F.unix_micros(F.col(AT))
+    closes = ~F.col(LATE) & window_closed(side, at, after_us)
     if before_us is not None:
-        closes = closes & (end >= F.lit(before_us))
+        closes = closes & ~window_closed(side, at, before_us)
     return state.where(closes).select(KEY)
 
 
@@ -243,10 +247,10 @@ def _prefixed(side: Side, events: DataFrame) -> DataFrame:
     )
 
 
-def window_rows(plan: ViewPlan, base_events: DataFrame, joined_events: DataFrame, watermark_us: int | None) -> DataFrame:
+def window_rows(plan: ViewPlan, base_events: DataFrame, joined_events: DataFrame, watermark: int | None) -> DataFrame:
     """The view's rows over the given accepted events (event-state rows of each side): the pairs
     within the window, and, by the join type, the unmatched events whose window closed below
-    `watermark_us` (None: none has). Gold columns, `_updated_at` now."""
+    `watermark` (µs; None: none has). Gold columns, `_updated_at` now."""
     left, right = sides(plan)
     window = plan.view.joins[0].window
     assert window is not None
@@ -257,10 +261,10 @@ def window_rows(plan: ViewPlan, base_events: DataFrame, joined_events: DataFrame
     pairs = lp.join(rp, cond, "inner")
     parts = [pairs]
     for side, frame in ((left, lp), (right, rp)):
-        if side.emits_unmatched and watermark_us is not None:
+        if side.emits_unmatched and watermark is not None:
             pk = [side.alias.col(c) for c in side.source.primary_key]
             unmatched = frame.join(pairs.select(*pk), pk, "left_anti")
-            parts.append(unmatched.where(F.col(side.alias.col(AT)) + F.lit(side.span_us) < F.lit(watermark_us)))
+            parts.append(unmatched.where(window_closed(side, F.col(side.alias.col(AT)), watermark)))
     rows = parts[0]
     for part in parts[1:]:
         rows = rows.unionByName(part, allowMissingColumns=True)
@@ -305,8 +309,9 @@ def stream_time_before(session: SparkSession, pipeline: Pipeline, plan: ViewPlan
     return None if value is None else int(value)
 
 
-def _minus(time_us: int | None, span_us: int) -> int | None:
-    return None if time_us is None else time_us - span_us
+def watermark_us(plan: ViewPlan, stream_time_us: int | None) -> int | None:
+    """The watermark: stream time less the grace (None before any event)."""
+    return None if stream_time_us is None else stream_time_us - grace_us(plan)
 
 
 def _key_filter(frame: DataFrame, keys: DataFrame, literal: Sequence[str] | None, column: str = KEY) -> DataFrame:
@@ -337,9 +342,8 @@ def process_windowed(
     tag = (lambda table: app_id(table)) if app_id else (lambda table: None)
     stats: dict[str, Any] = {"affected_keys": 0, "inserted": 0, "updated": 0, "deleted": 0, "subscriptions_written": 0,
                              "late": 0, "phases": clock.phases}
-    grace = grace_us(plan)
     t_before = stream_time_before(session, pipeline, plan, version)
-    mark_before = _minus(t_before, grace)
+    mark_before = watermark_us(plan, t_before)
     judged: dict[str, DataFrame] = {}
     t_after = t_before
     for side in sides(plan):
@@ -354,7 +358,7 @@ def process_windowed(
         if row[0] is not None:
             t_after = int(row[0]) if t_after is None else max(t_after, int(row[0]))
     clock.lap("judge")
-    mark_after = _minus(t_after, grace)
+    mark_after = watermark_us(plan, t_after)
     states = {side.name: (event_state(side, session.read.table(event_table(pipeline, plan, side)), judged[side.name])
                           if side.name in judged else session.read.table(event_table(pipeline, plan, side)))
               for side in sides(plan)}
@@ -415,11 +419,11 @@ def _merge_events(side: Side, judged: DataFrame, table: str, app_id: str | None,
     return metrics["inserted"] + metrics["updated"] + metrics["deleted"]
 
 
-def _record_late(session: SparkSession, pipeline: Pipeline, judged: Sequence[tuple[Side, DataFrame]], watermark_us: int | None,
+def _record_late(session: SparkSession, pipeline: Pipeline, judged: Sequence[tuple[Side, DataFrame]], mark: int | None,
                  tag: Callable[[str], str | None], version: int | None) -> None:
     """Record each event that first arrived late in `silver._late_changes` (reason `window_closed`),
     both sides in one append (one txn tag per table and batch)."""
-    behind = (F.lit(watermark_us).cast("long") - F.unix_micros(F.col(AT))) / 1000 if watermark_us is not None else F.lit(None)
+    behind = (F.lit(mark).cast("long") - F.unix_micros(F.col(AT))) / 1000 if mark is not None else F.lit(None)
     rows = union_all([
         events.where(F.col("_first") & F.col(LATE) & ~F.col("_gone")).select(
             F.lit(side.source.name).alias("source"),
@@ -441,7 +445,7 @@ def _record_late(session: SparkSession, pipeline: Pipeline, judged: Sequence[tup
 def _append_clock(session: SparkSession, pipeline: Pipeline, plan: ViewPlan, version: int | None, t_us: int,
                   tag: Callable[[str], str | None]) -> None:
     table = clock_table(pipeline, plan)
-    at = datetime.fromtimestamp(t_us / MICROS, tz=timezone.utc)
+    at = datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(microseconds=t_us)
     row = session.createDataFrame([(version if version is not None else 0, at)], clock_schema())
     with delta_txn(session, tag(table), version):
         row.write.format("delta").mode("append").saveAsTable(table)
@@ -454,7 +458,7 @@ def whole_view(session: SparkSession, pipeline: Pipeline, plan: ViewPlan) -> Dat
     """Every row of the view from its event state and the watermark now: what the batches must
     have written (a recompute's baseline and a rebuild's rows), no silver read."""
     base, joined = (session.read.table(event_table(pipeline, plan, side)) for side in sides(plan))
-    return window_rows(plan, base, joined, _minus(stream_time_before(session, pipeline, plan, None), grace_us(plan)))
+    return window_rows(plan, base, joined, watermark_us(plan, stream_time_before(session, pipeline, plan, None)))
 
 
 def accepted_events(session: SparkSession, pipeline: Pipeline, plan: ViewPlan) -> dict[str, DataFrame]:
@@ -466,7 +470,5 @@ def accepted_events(session: SparkSession, pipeline: Pipeline, plan: ViewPlan) -
 
 def watermark(session: SparkSession, pipeline: Pipeline, plan: ViewPlan) -> datetime | None:
     """The view's watermark now (stream time less the grace); None before any event."""
-    t = stream_time_before(session, pipeline, plan, None)
-    if t is None:
-        return None
-    return datetime.fromtimestamp((t - grace_us(plan)) / MICROS, tz=timezone.utc)
+    mark = watermark_us(plan, stream_time_before(session, pipeline, plan, None))
+    return None if mark is None else datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(microseconds=mark)

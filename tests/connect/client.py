@@ -24,9 +24,11 @@ from lakehouse.verify.views import verify_pipeline
 from testkit.bench.ingest import isolated_pipeline
 from tests.shop_views import narrowed
 
-#: A current-state view and an as-of view over three sources: every stage and both view kinds'
-#: machinery, with few queries to start.
-VIEWS = ("orders_enriched", "payments_enriched")
+#: One view and its two sources: every stage, and few queries to start. (With the as-of view
+#: `payments_enriched` too, measured once: it passes, verify --truth checking it against the
+#: simulator's version log, but the test takes 168 s instead of 131 s in the suite, which the
+#: 20-minute budget cannot pay; tests/integration/test_gold_as_of.py covers it in the slow tier.)
+VIEWS = ("orders_enriched",)
 
 
 def connect_pipeline(path: Path, tag: str) -> Pipeline:

@@ -35,9 +35,7 @@ SEED, EVENTS = 5, 300
 def test_the_pipeline_runs_under_spark_connect_and_gold_equals_the_oracle(
     shop_pipeline, shop_pipeline_path: Path, kafka_bootstrap: str, tmp_path: Path
 ) -> None:
-    """orders_enriched over orders and customers, and payments_enriched (as of each payment's
-    commit time) over payments too (`connect_pipeline`), through every stage. `verify --truth`
-    checks the as-of view against the temporal join over the simulator's version log."""
+    """orders_enriched over orders and customers (`connect_pipeline`), through every stage."""
     tag = "connect" + _tag()
     pipeline = connect_pipeline(shop_pipeline_path, tag)
     sim = simulate(isolated_pipeline(shop_pipeline, tag), seed=SEED, events=EVENTS, chaos="some")
@@ -60,7 +58,6 @@ def test_the_pipeline_runs_under_spark_connect_and_gold_equals_the_oracle(
 
     assert result["connect"] is True
     assert result["verify_ok"], result["verify"]
-    assert "payments_enriched: ok" in result["verify"] and "over the truth's version log" in result["verify"], result["verify"]
     bronze = result["bronze"]
     assert bronze["decoding"] == "SQL pass (Spark Connect: no JVM decoder)"
     assert bronze["records"] == len(records) and bronze["quarantined"] == 0, bronze

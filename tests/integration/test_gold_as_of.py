@@ -284,7 +284,7 @@ def test_a_correction_older_than_history_retention_leaves_old_events_as_they_are
     assert [(r["key"], r["op"]) for r in recorded] == [('{"id":1}', "as_of")]
 
 
-@pytest.mark.slow  # the default suite checks the same through Kafka under Spark Connect (tests/connect)
+@pytest.mark.slow  # 36 s; the default suite checks as-of gold against PostgreSQL's own history (tests/e2e)
 def test_verify_states_the_temporal_join_over_the_simulators_version_log(spark, lake: Path) -> None:
     """The simulator's truth records every version the database committed with its commit time
     (`<source>.history.jsonl`), so `verify --truth` states an as-of view's temporal join over the

@@ -15,7 +15,8 @@ written as plain Python: stream time is the latest accepted event time, the wate
 stream time less the grace, an event first arriving below the watermark is late. After the
 last batch gold must equal `oracle_view` (the SQL join of `lakehouse.sqltext`) over the events
 the reference accepted and its final watermark, and gold's own record of late events must be
-the reference's. Seeds own disjoint accounts and keys and share one clock, as partitions of a
+the reference's, also when a batch dies between its gold and event-state commits and runs again.
+Seeds own disjoint accounts and keys and share one clock, as partitions of a
 Kafka Streams task share stream time: one seed's events may make another's late, which the
 reference replays exactly. CDC_ENRICH_WINDOW_SEEDS / _BATCHES set the default run; `slow`
 takes more.
@@ -26,6 +27,7 @@ from __future__ import annotations
 import os
 import random
 import uuid
+from unittest import mock
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
@@ -207,7 +209,10 @@ def change_frames(spark, pipeline: Pipeline, changed: dict[tuple[str, int], Chan
     return out
 
 
-def run(spark, seeds: list[int], batches: int) -> tuple[Pipeline, Reference]:
+def run(spark, seeds: list[int], batches: int, crash_at: int | None = None) -> tuple[Pipeline, Reference]:
+    """The seeds' batches through `process_windowed`; at batch `crash_at` the first attempt dies
+    after writing gold and before the event state (a crash between two commits), and the batch
+    is run again as a restarted stream would: it must come out as if nothing had happened."""
     schema = f"w{uuid.uuid4().hex[:8]}"
     pipeline = parse_pipeline(PIPELINE.replace("name: windowed", f"name: windowed\ntables: {{silver_schema: {schema}_s, gold_schema: {schema}_g}}"))
     plan = view_plan(pipeline, "refunds_outer")
@@ -219,8 +224,13 @@ def run(spark, seeds: list[int], batches: int) -> tuple[Pipeline, Reference]:
         changed = reference.silver(batch)
         reference.gold(changed)
         frames = change_frames(spark, pipeline, changed, version)
-        if frames:
-            process_windowed(spark, pipeline, plan, frames, app_id=lambda t: f"test/{t}", version=version)
+        if not frames:
+            continue
+        if version == crash_at:
+            with mock.patch("lakehouse.gold.windowed._merge_events", side_effect=RuntimeError("killed between commits")):
+                with pytest.raises(RuntimeError, match="killed between commits"):
+                    process_windowed(spark, pipeline, plan, frames, app_id=lambda t: f"test/{t}", version=version)
+        process_windowed(spark, pipeline, plan, frames, app_id=lambda t: f"test/{t}", version=version)
     return pipeline, reference
 
 
@@ -249,7 +259,7 @@ def _ts():
 
 
 def test_windowed_view_equals_the_windowed_sql_join_for_any_arrival_order(spark) -> None:
-    pipeline, reference = run(spark, list(range(SEEDS)), BATCHES)
+    pipeline, reference = run(spark, list(range(SEEDS)), BATCHES, crash_at=BATCHES - 2)
     assert reference.late, "the scenarios should make some events late (else lateness is untested)"
     assert any(True for _ in reference.accepted("refunds"))
     check(spark, pipeline, reference)
