@@ -50,7 +50,7 @@ from testkit.bench.silver import BronzeChange, bronze_frame
 from tests.windowed_views import PIPELINE
 
 SEEDS = int(os.environ.get("CDC_ENRICH_WINDOW_SEEDS", "20"))
-BATCHES = int(os.environ.get("CDC_ENRICH_WINDOW_BATCHES", "4"))
+BATCHES = int(os.environ.get("CDC_ENRICH_WINDOW_BATCHES", "3"))
 SLOW_SEEDS = int(os.environ.get("CDC_ENRICH_WINDOW_SLOW_SEEDS", "200"))
 SLOW_BATCHES = int(os.environ.get("CDC_ENRICH_WINDOW_SLOW_BATCHES", "8"))
 EPOCH = datetime(2026, 3, 1, tzinfo=timezone.utc)
