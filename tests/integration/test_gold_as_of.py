@@ -234,6 +234,7 @@ def test_as_of_views_converge_many_seeds(spark, lake: Path):
     run_universe(spark, lake, pipeline, list(range(1, SLOW_SEEDS + 1)), SLOW_ROUNDS)
 
 
+@pytest.mark.slow  # 40-43 s, which the default suite's 20 minutes cannot pay
 def test_a_correction_older_than_history_retention_leaves_old_events_as_they_are(spark, lake: Path):
     """A batch of new events only is appended to gold and the index. Compaction removes
     superseded versions without re-enriching the events built from them;
