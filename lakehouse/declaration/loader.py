@@ -517,14 +517,7 @@ def _as_of_column(values: dict, path: str, base: Source, temporal: bool, problem
     if not temporal:
         problems.add(where, f"only a view based on an events source is joined as of a time; {base.name!r} is kind {base.kind}")
         return None
-    column = values["as_of"]
-    if not isinstance(column, str) or column not in base.column_names:
-        problems.add(where, f"expected a timestamp column of {base.name!r} ({', '.join(base.column_names)}), got {_kind(column)}")
-        return None
-    if base.column(column).type != "timestamp":
-        problems.add(where, f"{base.name}.{column} is {base.column(column).type}; the as-of time must be a timestamp column")
-        return None
-    return column
+    return _event_time(values["as_of"], base, where, problems, "the as-of time")
 
 
 def _view_join(path: str, raw: Any, alias_tables: dict[str, str], sources: dict[str, Source], problems: Problems) -> Join | None:
@@ -630,15 +623,13 @@ def _duration(values: dict, key: str, path: str, problems: Problems) -> timedelt
     return timedelta(**{_DURATION_UNITS[unit]: int(match.group(1))})
 
 
-def _event_time(column: Any, source: Source, where: str, problems: Problems) -> str | None:
-    """A timestamp column of an events source that times its events (None when absent or bad)."""
-    if column is None:
-        return None
+def _event_time(column: Any, source: Source, where: str, problems: Problems, what: str = "an event's time") -> str | None:
+    """A timestamp column of an events source that times its events (None, reported, when bad)."""
     if not isinstance(column, str) or column not in source.column_names:
         problems.add(where, f"expected a timestamp column of {source.name!r} ({', '.join(source.column_names)}), got {_kind(column)}")
         return None
     if source.column(column).type != "timestamp":
-        problems.add(where, f"{source.name}.{column} is {source.column(column).type}; an event's time must be a timestamp column")
+        problems.add(where, f"{source.name}.{column} is {source.column(column).type}; {what} must be a timestamp column")
         return None
     return column
 
@@ -690,8 +681,8 @@ def _window_join(path: str, values: dict, alias: str, alias_tables: dict[str, st
         before=_duration(window, "before", where, problems),
         after=_duration(window, "after", where, problems),
         grace=_duration(window, "grace", where, problems),
-        base_time=_event_time(times.get(base.name), base, _join(_join(where, "time"), base.name), problems),
-        time=_event_time(times.get(alias), joined, _join(_join(where, "time"), alias), problems),
+        base_time=_event_time(times[base.name], base, _join(_join(where, "time"), base.name), problems) if base.name in times else None,
+        time=_event_time(times[alias], joined, _join(_join(where, "time"), alias), problems) if alias in times else None,
     )
     if len(on) != len(on_raw):
         return None

@@ -365,13 +365,13 @@ def process_windowed(
     keys = union_all([touched_keys(j) for j in judged.values()]
                      + [closing_keys(side, states[side.name], mark_before, mark_after) for side in sides(plan)]).distinct()
     keys = keys.localCheckpoint(eager=True)
-    count = keys.count()
+    few = [r[KEY] for r in keys.limit(LITERAL_KEY_LIMIT + 1).collect()]  # one job when few (the usual batch)
+    literal = few if len(few) <= LITERAL_KEY_LIMIT else None
+    count = len(few) if literal is not None else keys.count()
     stats["affected_keys"] = count
-    literal = [r[KEY] for r in keys.collect()] if count <= LITERAL_KEY_LIMIT else None
     clock.lap("keys")
     target = gold_table(pipeline, plan.view.name)
     if count:
-        left, right = sides(plan)
         rows = window_rows(plan, _key_filter(states["base"], keys, literal), _key_filter(states["joined"], keys, literal), mark_after)
         stored_gold = _key_filter(session.read.table(target), keys, literal, WINDOW_KEY)
         source = gold_differences(plan, rows, stored_gold).localCheckpoint(eager=True)

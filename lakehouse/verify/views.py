@@ -19,8 +19,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from lakehouse.declaration import Pipeline
-from lakehouse.gold import full_recompute, view_plan
-from lakehouse.gold import windowed
+from lakehouse.gold import full_recompute, view_plan, windowed
 from lakehouse.gold.as_of import joined_sources
 from lakehouse.gold.plan import ViewPlan
 from lakehouse.sqltext import COMMIT_TIME, window_times

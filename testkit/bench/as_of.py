@@ -45,9 +45,8 @@ from lakehouse.tables import (
     silver_history_schema,
     silver_history_table,
 )
-from lakehouse.verify.views import diff_frames
 from testkit.bench import check_workloads, fresh_schemas, markdown_table
-from testkit.bench.gold import side_by_side
+from testkit.bench.gold import gold_equals_full, side_by_side
 
 PIPELINE = """\
 name: asofbench
@@ -222,11 +221,7 @@ def bench_as_of(
         say(f"bench as_of: {workload} {fraction:.4%}: {run['changed_rows']} change(s), gold {run['gold_s']} s "
             f"({run['events_reenriched']} events, phases {run['phases_s']}), full {run['full_recompute_s']} s, ratio {run['full_over_gold']}")
     result["runs"] = runs
-    plan = view_plan(pipeline, VIEW)
-    diff = diff_frames(spark.table(full_table), spark.table(target), plan.key_columns, plan.output_columns, samples=3)
-    result["gold_equals_full_recompute"] = diff.ok
-    if not diff.ok:
-        result["difference"] = str(diff)
+    result.update(gold_equals_full(spark, view_plan(pipeline, VIEW), target, full_table))
     return result
 
 

@@ -28,9 +28,8 @@ from lakehouse.declaration import parse_pipeline
 from lakehouse.gold import run_gold, view_plan
 from lakehouse.paths import checkpoint_dir
 from lakehouse.tables import gold_table, silver_current_table
-from lakehouse.verify.views import diff_frames
 from testkit.bench import fresh_schemas, markdown_table
-from testkit.bench.gold import _as_changes, _silver_rows, side_by_side
+from testkit.bench.gold import _as_changes, _silver_rows, gold_equals_full, rows_rewritten, side_by_side
 from testkit.reference_silver import apply_silver_changes, create_silver_current
 
 PIPELINE = """\
@@ -91,7 +90,7 @@ def bench_global_row(
         side = side_by_side(spark, pipeline, lake, VIEW, [target], full_table)
         gold_commit = side.commits.get(target.rsplit(".", 1)[-1], {})
         changed = side.run.inserted + side.run.updated + side.run.deleted
-        rewritten = sum(gold_commit.get(k, 0) for k in ("numTargetRowsUpdated", "numTargetRowsCopied", "numTargetRowsInserted", "numTargetRowsDeleted"))
+        rewritten = rows_rewritten(gold_commit)
         run = {
             "round": round_,
             "path": ",".join(side.run.paths) or "none",
@@ -108,10 +107,7 @@ def bench_global_row(
         say(f"bench global_row: round {round_}: gold {run['gold_s']} s ({run['path']}, {changed:,} rows changed, "
             f"{rewritten:,} rewritten, phases {run['phases_s']}), full {run['full_recompute_s']} s, ratio {run['full_over_gold']}")
     result["runs"] = runs
-    diff = diff_frames(spark.table(full_table), spark.table(target), plan.key_columns, plan.output_columns, samples=3)
-    result["gold_equals_full_recompute"] = diff.ok
-    if not diff.ok:
-        result["difference"] = str(diff)
+    result.update(gold_equals_full(spark, plan, target, full_table))
     return result
 
 

@@ -351,7 +351,7 @@ def bench_gold(
             report, incremental, full, commits = side.run, side.gold_s, side.full_s, side.commits
             gold_commit = commits.get(target.rsplit(".", 1)[-1], {})
             changed_gold = report.inserted + report.updated + report.deleted
-            rewritten = sum(gold_commit.get(k, 0) for k in ("numTargetRowsUpdated", "numTargetRowsCopied", "numTargetRowsInserted", "numTargetRowsDeleted"))
+            rewritten = rows_rewritten(gold_commit)
             run = {
                 "workload": workload,
                 "fraction": fraction,
@@ -378,11 +378,19 @@ def bench_gold(
             )
     result["runs"] = runs
     result["subscriptions"] = subscription_sizes(spark, bench)
-    diff = diff_frames(spark.table(full_table), spark.table(target), plan.key_columns, plan.output_columns, samples=3)
-    result["gold_equals_full_recompute"] = diff.ok
-    if not diff.ok:
-        result["difference"] = str(diff)
+    result.update(gold_equals_full(spark, plan, target, full_table))
     return result
+
+
+def rows_rewritten(commit: dict[str, int]) -> int:
+    """Rows a MERGE wrote (updated, copied, inserted, deleted), from its Delta operation metrics."""
+    return sum(commit.get(k, 0) for k in ("numTargetRowsUpdated", "numTargetRowsCopied", "numTargetRowsInserted", "numTargetRowsDeleted"))
+
+
+def gold_equals_full(spark: SparkSession, plan: Any, target: str, full_table: str) -> dict[str, Any]:
+    """The bench's closing check: gold equals the full recompute (and how, when it does not)."""
+    diff = diff_frames(spark.table(full_table), spark.table(target), plan.key_columns, plan.output_columns, samples=3)
+    return {"gold_equals_full_recompute": diff.ok} | ({} if diff.ok else {"difference": str(diff)})
 
 
 def render_table(result: dict[str, Any]) -> str:

@@ -467,9 +467,7 @@ def test_gold_equals_postgres_with_a_real_connector_restarted_mid_run(
     )
     assert report.ok, summary
     as_of = [d for d in report.gold if d.name == "gold payments_enriched"]
-    if not compare_as_of:
-        pass
-    elif offsets_lost:  # the new snapshot delivered the versions committed meanwhile at its own time
+    if compare_as_of and offsets_lost:  # the new snapshot delivered the versions committed meanwhile at its own time
         assert not as_of and any("payments_enriched: not compared" in n for n in report.not_compared), summary
-    else:  # joined as of each payment's commit time inside PostgreSQL, over the triggers' histories
+    elif compare_as_of:  # joined as of each payment's commit time inside PostgreSQL, over the triggers' histories
         assert as_of and as_of[0].pg_rows > 0, summary
