@@ -15,7 +15,8 @@ import argparse
 import shutil
 import time
 from pathlib import Path
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable
 
 from lakehouse.paths import lake_root
 
@@ -95,16 +96,18 @@ def run_demo(args: argparse.Namespace) -> int:
     _show_one_history(spark, pipeline)
 
     if pipeline.views:
-        _banner("5. gold: incremental foreign-key joins")
+        _banner("5. gold: incremental joins (foreign keys; as of each event's time; within a time window)")
         _run("gold", spark, pipeline, lake, status.bootstrap)
         for view in pipeline.views.values():
             clean = analyst_view(pipeline, view.name)
             print(f"\n{clean} (analyst view of {gold_table(pipeline, view.name)}): {spark.table(clean).count()} rows")
             print(show_query(spark, f"SELECT * FROM {clean} ORDER BY 1 LIMIT 5"))
 
-        for view in pipeline.views.values():
-            if view.temporal:
-                _as_of_story(spark, pipeline, lake, status.bootstrap, view.name, late_correction=not with_postgres, truth_dir=truth_dir)
+        stories = [_window_story(spark, pipeline, view.name, late=not with_postgres) for view in pipeline.views.values() if view.windowed]
+        stories += [_as_of_story(spark, pipeline, view.name, late=not with_postgres) for view in pipeline.views.values() if view.temporal]
+        lates = [late for late in stories if late is not None]
+        if lates:
+            _late_round(spark, pipeline, lake, status.bootstrap, lates, truth_dir)
 
         if with_postgres:
             _banner("6. verify: gold and silver == the same joins and tables inside PostgreSQL")
@@ -186,10 +189,35 @@ def _run(stage: str, spark: Any, pipeline: Any, lake: Path, bootstrap: str) -> N
     print(f"{stage} finished in {time.monotonic() - began:.1f}s")
 
 
-def _as_of_story(spark: Any, pipeline: Any, lake: Path, bootstrap: str, view: str, late_correction: bool,
-                 truth_dir: Path | None = None) -> None:
-    """An as-of view's rows next to the same join as of now, then (simulator only) one dimension
-    version delivered late and the events it re-enriches (the version joins the truth's log)."""
+@dataclass(frozen=True)
+class _Late:
+    """A record the demo delivers late, after the first pass: what it says, how the truth learns of
+    it (it was committed then), and what to show once bronze, silver and gold have run again."""
+
+    record: Any
+    intro: str
+    into_truth: Callable[[Path], None]
+    show: Callable[[], None]
+
+
+def _late_round(spark: Any, pipeline: Any, lake: Path, bootstrap: str, lates: list[_Late], truth_dir: Path) -> None:
+    """Send the late records, add them to the truth, run bronze, silver and gold again, show each."""
+    from testkit.simulator import produce
+
+    produce([late.record for late in lates], bootstrap)
+    for late in lates:
+        late.into_truth(truth_dir)
+        print(f"\n{late.intro}")
+    print("\nbronze, silver and gold again:")
+    for stage in ("bronze", "silver", "gold"):
+        _run(stage, spark, pipeline, lake, bootstrap)
+    for late in lates:
+        late.show()
+
+
+def _as_of_story(spark: Any, pipeline: Any, view: str, late: bool) -> _Late | None:
+    """An as-of view's rows next to the same join as of now; with `late` (simulator only) one
+    dimension version to deliver late, with the events it re-enriches."""
     from pyspark.sql import functions as F
 
     from cdc_enrich.render import render_rows
@@ -210,29 +238,121 @@ def _as_of_story(spark: Any, pipeline: Any, lake: Path, bootstrap: str, view: st
     print(f"\n{view}: each row joined as of its event's time; {rows.count()} of {then.count()} differ from the same join as of now, e.g.:")
     shown = rows.limit(5).collect()
     print(render_rows(rows.columns, [tuple(r) for r in shown]))
-    if not late_correction:
-        return
+    if not late:
+        return None
     found = _late_version(spark, pipeline, plan)
     if found is None:
         print("(no version of a joined row here has a successor and an event inside it to correct late)")
-        return
+        return None
     record, source, key_text, column, old, new, moment, event = found
-    before = then.where(_equal(keys, event)).collect()
-    from testkit.simulator import produce
+    width = len(plan.view.columns)
+    before = then.where(_equal(keys, event)).collect()[0][:width]
 
-    produce([record], bootstrap)
-    if truth_dir is not None:
+    def into_truth(truth_dir: Path) -> None:
         from testkit.simulator.late import add_version_to_truth
 
         values = {c: (new if c == column else event[c]) for c in source.column_names}
         add_version_to_truth(truth_dir, source, values, int(moment.timestamp() * 1_000_000))
-    print(f"\na late correction: {source.name} {key_text} had {column} = {new!r} (not {old!r}) from {moment}, a change "
-          f"that reaches Kafka only now (an older LSN than the records already read); bronze, silver and gold again:")
-    for stage in ("bronze", "silver", "gold"):
-        _run(stage, spark, pipeline, lake, bootstrap)
-    after = spark.table(gold_table(pipeline, view)).where(_equal(keys, event)).collect()
-    print(render_rows(["", *then.columns[: len(plan.view.columns)]], [("before", *before[0][: len(plan.view.columns)]),
-                                                                          ("after", *after[0][: len(plan.view.columns)])]))
+
+    def show() -> None:
+        after = spark.table(gold_table(pipeline, view)).where(_equal(keys, event)).collect()[0][:width]
+        print(f"\n{view}, the event that version was valid for:")
+        print(render_rows(["", *then.columns[:width]], [("before", *before), ("after", *after)]))
+
+    intro = (f"a late correction: {source.name} {key_text} had {column} = {new!r} (not {old!r}) from {moment}, a change "
+             f"that reaches Kafka only now (an older LSN than the records already read)")
+    return _Late(record, intro, into_truth, show)
+
+
+def _window_story(spark: Any, pipeline: Any, view: str, late: bool) -> _Late | None:
+    """A windowed view's events by outcome: paired, closed without a partner, still inside their
+    window (no row yet: one comes when it closes), and late (recorded, joined to nothing); with
+    `late` (simulator only) one joined event to deliver after its window closed."""
+    from pyspark.sql import functions as F
+
+    from lakehouse.gold import view_plan
+    from lakehouse.gold.windowed import LATE, event_table, grace_us, sides, watermark
+    from lakehouse.tables import gold_table
+
+    plan = view_plan(pipeline, view)
+    base, joined = sides(plan)
+    key = pipeline.view_key(view)
+    base_key, joined_key = key[: len(base.source.primary_key)], key[len(base.source.primary_key):]
+    gold = spark.table(gold_table(pipeline, view))
+    counts = gold.select(
+        F.count_if(F.col(base_key[0]).isNotNull() & F.col(joined_key[0]).isNotNull()).alias("pairs"),
+        F.count_if(F.col(joined_key[0]).isNull()).alias("base_alone"),
+        F.count_if(F.col(base_key[0]).isNull()).alias("joined_alone"),
+    ).first()
+    events = {side.name: spark.table(event_table(pipeline, plan, side)) for side in (base, joined)}
+    shown = gold.select(*[F.col(k).alias(pk) for k, pk in zip(base_key, base.source.primary_key)]).distinct()
+    waiting = events["base"].where(~F.col(LATE)).join(shown, list(base.source.primary_key), "left_anti").count() if base.emits_unmatched else 0
+    late_now = {name: frame.where(F.col(LATE)).count() for name, frame in events.items()}
+    names = base.alias.alias, joined.alias.alias
+    mark = watermark(spark, pipeline, plan)
+    print(f"\n{view}: watermark {mark} (the latest event time less {grace_us(plan) // 1_000_000} s of grace):")
+    print(f"  {counts['pairs']} pair(s) of {names[0]} and {names[1]}; {counts['base_alone']} {names[0]} event(s) whose window closed "
+          f"without a partner" + (f", {counts['joined_alone']} {names[1]} event(s) too" if joined.emits_unmatched else "")
+          + (f"; {waiting} {names[0]} event(s) still inside their window (a row when it closes)" if base.emits_unmatched else "")
+          + "; late, recorded in "
+          f"_late_changes and joined to nothing: {late_now['base']} {names[0]}, {late_now['joined']} {names[1]}")
+    if not late or mark is None:
+        return None
+    return _late_partner(spark, pipeline, plan, base, joined, mark.replace(tzinfo=None), events["base"])
+
+
+def _late_partner(spark: Any, pipeline: Any, plan: Any, base: Any, joined: Any, mark: Any, base_events: Any) -> _Late | None:
+    """A new joined event for a base event whose window has closed, timed inside that window (so
+    on time it would have paired) but below the watermark: it arrives late, is recorded, pairs
+    with nothing. None when the joined source's key is not one whole number, or no event fits."""
+    from datetime import timedelta, timezone
+
+    from pyspark.sql import functions as F
+
+    from cdc_enrich.render import render_rows
+    from lakehouse.gold.windowed import AT, LATE
+    from lakehouse.sqltext import COMMIT_TIME
+    from lakehouse.tables import gold_table, late_changes_table, silver_current_table
+    from testkit.simulator.late import late_record
+
+    source = joined.source
+    pk = source.primary_key
+    if len(pk) != 1 or not source.column(pk[0]).type.endswith(("int", "bigint")) or source.sequence != "postgres":
+        return None
+    span = timedelta(microseconds=base.span_us)
+    closed = (base_events.where(~F.col(LATE) & (F.col(AT) + F.expr(f"INTERVAL {base.span_us} MICROSECONDS") < F.lit(mark)))
+              .orderBy(F.desc(AT)).first())
+    template = spark.table(silver_current_table(pipeline, source)).where("NOT _deleted").orderBy(*pk).first()
+    if closed is None or template is None:
+        return None
+    top = spark.table(silver_current_table(pipeline, source)).agg(F.max(pk[0])).first()[0]
+    moment = closed[AT] + span / 2
+    moment = moment - timedelta(microseconds=moment.microsecond % 1000)
+    row = {c: template[c] for c in source.column_names} | {pk[0]: int(top) + 1}
+    row |= {j: closed[b] for j, b in zip(joined.on, base.on)}
+    if joined.time != COMMIT_TIME:
+        row[joined.time] = moment
+    commit_us = int(moment.replace(tzinfo=timezone.utc).timestamp() * 1_000_000)  # the session's time zone is UTC
+    record = late_record(pipeline, source, row, int(closed["_sequence"]) // 10 + 8, commit_us, op="c")
+    view = plan.view.name
+    base_text = ", ".join(f"{k}={closed[k]}" for k in base.source.primary_key)
+
+    def into_truth(truth_dir: Path) -> None:
+        from testkit.simulator.late import add_row_to_truth
+
+        add_row_to_truth(truth_dir, source, row, commit_us)
+
+    def show() -> None:
+        key_json = F.to_json(F.struct(F.lit(row[pk[0]]).alias(pk[0])))
+        found = spark.table(late_changes_table(pipeline)).where((F.col("source") == source.name) & (F.col("key") == key_json))
+        recorded = found.select("source", "key", "source_ts", "late_by_ms", "reason").collect()
+        paired = spark.table(gold_table(pipeline, view)).where(F.col(pipeline.view_key(view)[len(base.source.primary_key)]) == row[pk[0]]).count()
+        print(f"\n{view}: the late {source.name} event, in _late_changes; gold rows pairing it: {paired}")
+        print(render_rows(["source", "key", "source_ts", "late_by_ms", "reason"], [tuple(r) for r in recorded]))
+
+    intro = (f"a late event: {source.name} {pk[0]}={row[pk[0]]} for {base.source.name} {base_text}, committed at {moment} "
+             f"(inside that event's window, which closed at {closed[AT] + span}; watermark now {mark}), reaches Kafka only now")
+    return _Late(record, intro, into_truth, show)
 
 
 def _equal(columns: list[str], row: Any) -> Any:
@@ -256,7 +376,7 @@ def _late_version(spark: Any, pipeline: Any, plan: Any) -> Any:
     from lakehouse.gold.as_of import index_table, row_key
     from lakehouse.sqltext import time_column
     from lakehouse.tables import gold_table, silver_current_table, silver_history_table
-    from testkit.simulator.late import late_update_record
+    from testkit.simulator.late import late_record
 
     for alias in reversed(plan.aliases[1:]):
         source = alias.source
@@ -287,7 +407,7 @@ def _late_version(spark: Any, pipeline: Any, plan: Any) -> Any:
             old = values[column]
             values[column] = f"{old} (corrected late)"
             commit_us = int(moment.timestamp() * 1_000_000)
-            record = late_update_record(pipeline, source, values, lsn, commit_us)
+            record = late_record(pipeline, source, values, lsn, commit_us)
             key_text = ", ".join(f"{k}={row[k]}" for k in source.primary_key)
             return record, source, key_text, column, old, values[column], moment, row
     return None

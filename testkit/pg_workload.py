@@ -434,6 +434,8 @@ class Transaction:
         for col in src.primary_key:
             if col not in row:
                 row[col] = self.w.new_key_value(src, src.column(col))
+                if row[col] is None:
+                    return None  # a key pool used up: no more rows of this table
         for column in src.columns:
             if column.name not in row:
                 row[column.name] = self.w.values.new(src, column)
@@ -591,6 +593,12 @@ class Worker:
         self.conn.close()
 
     def new_key_value(self, src: Source, column: Column) -> Any:
+        """The next key value of `column`: a number, its pool's next value (None: the pool is used
+        up), or `<source>-<n>` for a string."""
+        pool = self.values.hints(src).key_pool(column.name)
+        if pool:
+            number = self.registry.next_number(src.name, column.name)
+            return pool[number - 1] if number <= len(pool) else None
         if column.type in _INT_LIMITS:
             return self.registry.next_number(src.name, column.name)
         number = self.registry.next_number(src.name, column.name)

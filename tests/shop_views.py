@@ -31,14 +31,15 @@ VARIANT_VIEWS = """
 
 
 def all_views_pipeline(shop_pipeline_path: Path) -> Pipeline:
-    """The shop pipeline's current-state views with VARIANT_VIEWS added (its as-of view, which
-    reads silver history, has its own tests: tests/integration/test_gold_as_of.py)."""
+    """The shop pipeline's current-state views with VARIANT_VIEWS added (its as-of and windowed
+    views have their own tests: tests/integration/test_gold_as_of.py, test_gold_windowed.py)."""
     return current_state_only(parse_pipeline(shop_pipeline_path.read_text().rstrip() + "\n" + VARIANT_VIEWS, filename="all_views.yml"))
 
 
 def current_state_only(pipeline: Pipeline) -> Pipeline:
-    """The pipeline without its as-of views (they read silver history and have their own tests)."""
-    return replace(pipeline, views={name: view for name, view in pipeline.views.items() if not view.temporal})
+    """The pipeline's current-state (foreign-key) views only: its as-of views (read silver history)
+    and windowed views (pair events) have their own tests."""
+    return replace(pipeline, views={name: view for name, view in pipeline.views.items() if not view.temporal and not view.windowed})
 
 
 def narrowed(pipeline: Pipeline, *views: str) -> Pipeline:

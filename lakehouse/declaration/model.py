@@ -263,8 +263,9 @@ class View:
             raise UnknownNameError(f"view {self.name!r} is based on {self.base!r}, not {base.name!r}")
         return tuple((self._output_of(self.base, pk), pk) for pk in base.primary_key)
 
-    def key_columns(self, base: Source) -> tuple[str, ...]:
-        """Gold's key: the output columns selecting the base table's primary key (see `key_pairs`)."""
+    def base_key_columns(self, base: Source) -> tuple[str, ...]:
+        """The output columns selecting the base table's primary key (see `key_pairs`); gold's whole row
+        key is `Pipeline.view_key` (a windowed view adds the joined events' key)."""
         return tuple(out for out, _ in self.key_pairs(base))
 
     def _output_of(self, alias: str, column: str) -> str:
@@ -384,7 +385,7 @@ class Pipeline:
         """Gold's row key of a view: the output columns selecting its base's primary key and,
         in a windowed view (a row is one pair of events), the joined events' too."""
         view = self.view(view)
-        key = view.key_columns(self.source(view.base))
+        key = view.base_key_columns(self.source(view.base))
         for join in view.joins:
             if join.kind == "window":
                 key += tuple(view._output_of(join.alias, pk) for pk in self.source(join.table).primary_key)

@@ -258,9 +258,9 @@ class _Driver:
         key = dict(fixed)
         if free:
             n = self.db.serial((src.name,) + tuple(fixed[c] for c in src.primary_key if c in fixed))
-            hints = self.workload.hints(src).columns
-            for c in free:  # a key column with a value pool (a global table's codes) takes its n-th value
-                pool = hints[c].values if c in hints else ()
+            hints = self.workload.hints(src)
+            for c in free:
+                pool = hints.key_pool(c)
                 if pool and n > len(pool):
                     return None
                 key[c] = pool[n - 1] if pool else _key_value(src.column(c), n)

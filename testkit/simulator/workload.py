@@ -44,6 +44,11 @@ class SourceHints:
     toast: tuple[str, ...] = ()
     columns: Mapping[str, ColumnHint] = field(default_factory=dict)
 
+    def key_pool(self, column: str) -> tuple[Any, ...]:
+        """A key column's value pool (a global table's codes; empty: none). A new key takes the
+        pool's values in order, the n-th row the n-th value, and there are no more keys after the last."""
+        return self.columns[column].values if column in self.columns else ()
+
 
 @dataclass(frozen=True)
 class Workload:

@@ -46,7 +46,8 @@ def rejected(text: str) -> str:
 
 
 def test_the_demo_pipeline_loads_into_immutable_objects(shop_pipeline):
-    assert set(shop_pipeline.sources) == {"customers", "products", "orders", "order_items", "payments"}
+    assert set(shop_pipeline.sources) == {"customers", "products", "orders", "order_items", "payments", "refunds", "payment_methods"}
+    assert [s.name for s in shop_pipeline.sources.values() if s.kind != "table"] == ["payments", "refunds", "payment_methods"]
     assert shop_pipeline.source("order_items").primary_key == ("order_id", "line_no")
     assert shop_pipeline.source("orders").topic == "shop.public.orders"
     chain = shop_pipeline.views["order_items_enriched"]

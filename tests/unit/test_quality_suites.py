@@ -22,10 +22,10 @@ def test_suites_follow_the_declaration(shop_pipeline):
     suites = {s.name: s for s in build_suites(shop_pipeline)}
     assert list(suites) == [
         "bronze.customers", "bronze.products", "bronze.orders", "bronze.order_items", "bronze.payments",
-        "bronze._quarantine",
+        "bronze.refunds", "bronze.payment_methods", "bronze._quarantine",
         "silver.customers", "silver.products", "silver.orders", "silver.order_items", "silver.payments",
-        "silver._late_changes",
-        "gold.orders_enriched", "gold.order_items_enriched", "gold.payments_enriched",
+        "silver.refunds", "silver.payment_methods", "silver._late_changes",
+        "gold.orders_enriched", "gold.order_items_enriched", "gold.payments_enriched", "gold.payments_refunded",
     ]  # fmt: skip
     assert checks(suites["bronze.orders"]) == [
         ("expect_column_values_to_be_in_set", "op_known"),

@@ -126,7 +126,7 @@ def test_view_facts_agree_with_gold_plan(all_views: Pipeline) -> None:
     for view in all_views.views.values():
         plan = view_plan(all_views, view)
         base = all_views.source(view.base)
-        assert view.key_columns(base) == plan.key_columns, view.name
+        assert view.base_key_columns(base) == all_views.view_key(view) == plan.key_columns, view.name
         assert view_key_columns(all_views, view) == plan.key_columns, view.name
         assert tuple(pk for _, pk in view.key_pairs(base)) == base.primary_key, view.name
         assert view.has_outer == plan.has_outer == (view.name == "orders_twin_outer"), view.name

@@ -68,7 +68,7 @@ def test_an_as_of_view_is_joined_in_the_database_over_trigger_kept_histories(sho
 
     from lakehouse.verify.postgres import as_of_sources, history_statements, postgres_as_of_sql
 
-    assert [s.name for s in as_of_sources(shop_pipeline)] == ["customers", "orders", "payments"]
+    assert [s.name for s in as_of_sources(shop_pipeline)] == ["customers", "orders", "payments", "payment_methods"]
     ddl = "\n".join(history_statements(shop_pipeline))
     assert 'CREATE TABLE IF NOT EXISTS "public"."orders__history" AS SELECT "id", "customer_id"' in ddl
     assert "INSERT INTO \"public\".\"orders__history\" (\"id\", _xid, _deleted) VALUES (OLD.\"id\", txid_current(), true)" in ddl
@@ -80,3 +80,6 @@ def test_an_as_of_view_is_joined_in_the_database_over_trigger_kept_histories(sho
     assert 'WHERE _valid_to IS NULL AND NOT _deleted) AS "payments"' in sql  # the payments' live versions
     assert 'AND NOT "customer"."_deleted" AND "customer"."_valid_from" <= "payments"."_source_ts"' in sql
     assert "'-infinity'::timestamptz" in postgres_as_of_sql(shop_pipeline, "payments_enriched", None)
+    # the global table too, on its key expression, as of the payment's time
+    assert ('AS "method" ON "method"."code" = (upper("payments"."method")) AND NOT "method"."_deleted" '
+            'AND "method"."_valid_from" <= "payments"."_source_ts"') in sql
