@@ -102,14 +102,26 @@ def _parse_workload(pipeline: Pipeline, raw: Any, problems: Problems) -> Workloa
     if not isinstance(raw_sources, dict):
         problems.add("sources", "expected a mapping of source name to hints")
         raw_sources = {}
+    declared = _declared_in_file(pipeline)
     for name in raw_sources:
-        if name not in pipeline.sources:
+        if name not in pipeline.sources and name not in declared:
             problems.add(f"sources.{name}", f"unknown source {name!r} (the pipeline declares: {', '.join(pipeline.sources)})")
     hints = {
         s.name: _parse_source_hints(s, raw_sources.get(s.name), f"sources.{s.name}", problems)
         for s in pipeline.sources.values()
     }
     return Workload(database=database, sources=hints)
+
+
+def _declared_in_file(pipeline: Pipeline) -> set[str]:
+    """The sources of the file `pipeline` was read from: hints may name a source a narrowed copy
+    of it (a test's or a bench's, running part of the database) leaves out; those are unused."""
+    try:
+        raw = Located(pipeline.path.read_text(encoding="utf-8"), str(pipeline.path)).value
+    except (OSError, PipelineConfigError):
+        return set()
+    sources = raw.get("sources") if isinstance(raw, dict) else None
+    return set(sources) if isinstance(sources, dict) else set()
 
 
 def _parse_source_hints(source: Source, raw: Any, path: str, problems: Problems) -> SourceHints:

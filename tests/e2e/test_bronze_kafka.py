@@ -34,6 +34,7 @@ from lakehouse.tables import bronze_table, quarantine_table
 from testkit.bench.ingest import isolated_pipeline
 from tests.conftest import REPO
 from tests.integration.test_bronze import UTC, _tag, _valid_records
+from tests.shop_views import five_tables, five_tables_file
 from tests.unit.test_debezium import change, decimal_b64, dumps
 
 
@@ -117,7 +118,7 @@ def _table_rows(spark: SparkSession, name: str, columns: list[str]) -> list[tupl
 @pytest.mark.long
 @pytest.mark.kafka
 def test_fuzzed_traffic_through_kafka_bronze_plus_quarantine_is_everything(spark: SparkSession, shop_pipeline: Pipeline, kafka_bootstrap: str, lake: Path) -> None:
-    pipeline = isolated_pipeline(shop_pipeline, "fuzz" + _tag())
+    pipeline = isolated_pipeline(five_tables(shop_pipeline), "fuzz" + _tag())
     rng = random.Random(11)
     records = _fuzz(pipeline, rng)
     ghost = f"{pipeline.kafka.topic_prefix}.{pipeline.kafka.source_schema}.ghosts"
@@ -167,10 +168,10 @@ def _table_rows_all(spark: SparkSession, pipeline: Pipeline) -> list[tuple]:
 
 
 def _pipeline_file(shop_pipeline: Pipeline, directory: Path, tag: str) -> tuple[Path, Pipeline]:
-    """A copy of the shop pipeline file with its own name, topic prefix and schemas."""
+    """A copy of the shop pipeline file (its five core tables) with its own name, topic prefix and schemas."""
     from lakehouse.declaration import load_pipeline
 
-    raw = yaml.safe_load((REPO / "schemas" / "shop" / "pipeline.yml").read_text())
+    raw = five_tables_file(yaml.safe_load((REPO / "schemas" / "shop" / "pipeline.yml").read_text()))
     raw["name"] = f"shop_{tag}"
     raw["kafka"]["topic_prefix"] = f"shop-{tag}"
     for layer in ("bronze", "silver", "gold", "quality"):
@@ -274,7 +275,7 @@ def _plain(value: Any) -> Any:
 @pytest.mark.kafka
 def test_simulated_workload_end_to_end(spark: SparkSession, shop_pipeline: Pipeline, kafka_bootstrap: str, lake: Path) -> None:
     simulator = pytest.importorskip("testkit.simulator", reason="testkit/simulator is not there yet")
-    pipeline = isolated_pipeline(shop_pipeline, "sim" + _tag())
+    pipeline = isolated_pipeline(five_tables(shop_pipeline), "sim" + _tag())
     sim = simulator.simulate(pipeline, seed=4, events=300, schemas_enabled=True)
     produced = simulator.produce(sim.records, kafka_bootstrap)
     report = bronze.run_bronze(spark, pipeline, lake, kafka_bootstrap)
@@ -294,7 +295,7 @@ def test_bench_smoke(spark: SparkSession, shop_pipeline: Pipeline, kafka_bootstr
     pytest.importorskip("testkit.simulator", reason="the benchmark produces simulated events")
     from testkit.bench.ingest import bench_ingest
 
-    result = bench_ingest(spark, shop_pipeline, lake, kafka_bootstrap, events=150, warm_rounds=1)
+    result = bench_ingest(spark, five_tables(shop_pipeline), lake, kafka_bootstrap, events=150, warm_rounds=1)
     assert result["records"] > 150 and result["cold_records"] > 150
     for key in ("raw_seconds", "raw_events_per_s", "ingest_seconds", "ingest_events_per_s", "ratio", "cold_ratio"):
         assert result[key] > 0, key

@@ -19,7 +19,6 @@ import os
 import threading
 import time
 from collections import defaultdict
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -27,7 +26,7 @@ import pytest
 
 from devstack.procs import free_port
 from lakehouse.declaration import Pipeline, parse_pipeline
-from tests.shop_views import current_state_only
+from tests.shop_views import current_state_only, five_tables
 
 TRANSACTIONS = int(os.environ.get("CDC_ENRICH_PG_E2E_TRANSACTIONS", "300"))
 RESNAPSHOT_TRANSACTIONS = int(os.environ.get("CDC_ENRICH_PG_E2E_RESNAPSHOT_TRANSACTIONS", "500"))
@@ -85,8 +84,7 @@ def _variant(pipeline_path: Path, name: str, as_of: bool = True) -> Pipeline:
     pipeline = parse_pipeline(text, filename=str(pipeline_path))
     if as_of:
         return pipeline
-    lean = current_state_only(pipeline)
-    return replace(lean, sources={n: s for n, s in lean.sources.items() if n not in ("refunds", "payment_methods")})
+    return current_state_only(five_tables(pipeline))
 
 
 # --------------------------------------------------------------------------- pure pieces (no database)
@@ -284,7 +282,7 @@ def test_real_debezium_records_have_the_simulators_shapes(pg_lake: Path, kafka_b
     from testkit.pg_workload import create_schema, seed_database
     from testkit.simulator import simulate
 
-    pipeline = _variant(shop_pipeline_path, "shapes")
+    pipeline = _variant(shop_pipeline_path, "shapes", as_of=False)
     postgres_up(pg_lake, database="shapes")
     pg = dsn(pg_lake, database="shapes")
     create_schema(pg, pipeline)

@@ -33,6 +33,7 @@ from lakehouse.tables import (
     quarantine_table,
 )
 from testkit.bench.ingest import isolated_pipeline
+from tests.shop_views import five_tables
 from tests.unit.test_debezium import (
     REJECTIONS,
     THINGS,
@@ -244,7 +245,7 @@ def test_fast_pass_agrees_with_decode_record(spark: SparkSession, kind: str) -> 
 
 
 def test_parse_batch_layout_and_undeclared_topics(spark: SparkSession, shop_pipeline: Pipeline) -> None:
-    pipeline = isolated_pipeline(shop_pipeline, "layout" + _tag())
+    pipeline = isolated_pipeline(five_tables(shop_pipeline), "layout" + _tag())
     customers = pipeline.source("customers")
     row = {"id": 1, "name": "Ada", "email": "a@x", "segment": "smb", "created_at": datetime(2026, 1, 1, tzinfo=UTC)}
     records = [
@@ -295,7 +296,7 @@ def test_the_old_key_header_of_a_primary_key_change_reaches_bronze(spark: SparkS
 
 def test_replayed_batch_writes_nothing_twice(spark: SparkSession, shop_pipeline: Pipeline, tmp_path: Path) -> None:
     """A source stream's foreachBatch: the same batch id again (even after a partial write) adds nothing."""
-    pipeline = isolated_pipeline(shop_pipeline, "replay" + _tag())
+    pipeline = isolated_pipeline(five_tables(shop_pipeline), "replay" + _tag())
     orders = pipeline.source("orders")
     records = [(k, v, orders.topic) for k, v in _valid_records(orders, random.Random(3), 12)]
     records.append((b"junk", b"junk", orders.topic))
@@ -346,7 +347,7 @@ def test_replayed_batch_writes_nothing_twice(spark: SparkSession, shop_pipeline:
 def test_the_fast_write_counts_the_records_and_those_left_for_python(spark: SparkSession, shop_pipeline: Pipeline) -> None:
     """What decides whether the Python pass runs is counted while the fast rows are written;
     a replay that Delta skips has no count, so the Python pass decides (never skipped)."""
-    pipeline = isolated_pipeline(shop_pipeline, "count" + _tag())
+    pipeline = isolated_pipeline(five_tables(shop_pipeline), "count" + _tag())
     orders = pipeline.source("orders")
     rng = random.Random(5)
     records = [(k, v, orders.topic) for k, v in _valid_records(orders, rng, 7)]

@@ -39,6 +39,7 @@ from lakehouse.tables import (
 from lakehouse.quality.runner import QualityReport, run_quality
 from lakehouse.quality.suites import build_suites
 from tests.conftest import REPO
+from tests.shop_views import five_tables
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
 
@@ -47,7 +48,9 @@ NOW = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
 
 
 def unique_pipeline(pipeline: Pipeline, tag: str) -> Pipeline:
-    """The same declaration with its own schemas, so test sets never see each other's tables."""
+    """The shop's five tables and their views (`tests.shop_views.five_tables`: the data below is
+    theirs) with schemas of their own, so test sets never see each other's tables."""
+    pipeline = five_tables(pipeline)
     tables = dataclasses.replace(
         pipeline.tables,
         catalog=None,
