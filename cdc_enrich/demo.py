@@ -14,8 +14,8 @@ from __future__ import annotations
 import argparse
 import shutil
 import time
-from pathlib import Path
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 from lakehouse.paths import lake_root
@@ -252,7 +252,7 @@ def _as_of_story(spark: Any, pipeline: Any, view: str, late: bool) -> _Late | No
         from testkit.simulator.late import add_version_to_truth
 
         values = {c: (new if c == column else event[c]) for c in source.column_names}
-        add_version_to_truth(truth_dir, source, values, int(moment.timestamp() * 1_000_000))
+        add_version_to_truth(truth_dir, source, values, _epoch_micros(moment))
 
     def show() -> None:
         after = spark.table(gold_table(pipeline, view)).where(_equal(keys, event)).collect()[0][:width]
@@ -298,14 +298,14 @@ def _window_story(spark: Any, pipeline: Any, view: str, late: bool) -> _Late | N
           f"_late_changes and joined to nothing: {late_now['base']} {names[0]}, {late_now['joined']} {names[1]}")
     if not late or mark is None:
         return None
-    return _late_partner(spark, pipeline, plan, base, joined, mark.replace(tzinfo=None), events["base"])
+    return _late_partner(spark, pipeline, plan, base, joined, mark, events["base"])
 
 
 def _late_partner(spark: Any, pipeline: Any, plan: Any, base: Any, joined: Any, mark: Any, base_events: Any) -> _Late | None:
     """A new joined event for a base event whose window has closed, timed inside that window (so
     on time it would have paired) but below the watermark: it arrives late, is recorded, pairs
     with nothing. None when the joined source's key is not one whole number, or no event fits."""
-    from datetime import timedelta, timezone
+    from datetime import timedelta
 
     from pyspark.sql import functions as F
 
@@ -317,7 +317,7 @@ def _late_partner(spark: Any, pipeline: Any, plan: Any, base: Any, joined: Any, 
 
     source = joined.source
     pk = source.primary_key
-    if len(pk) != 1 or not source.column(pk[0]).type.endswith(("int", "bigint")) or source.sequence != "postgres":
+    if len(pk) != 1 or source.column(pk[0]).type not in ("smallint", "int", "bigint") or source.sequence != "postgres":
         return None
     span = timedelta(microseconds=base.span_us)
     closed = (base_events.where(~F.col(LATE) & (F.col(AT) + F.expr(f"INTERVAL {base.span_us} MICROSECONDS") < F.lit(mark)))
@@ -332,7 +332,7 @@ def _late_partner(spark: Any, pipeline: Any, plan: Any, base: Any, joined: Any, 
     row |= {j: closed[b] for j, b in zip(joined.on, base.on)}
     if joined.time != COMMIT_TIME:
         row[joined.time] = moment
-    commit_us = int(moment.replace(tzinfo=timezone.utc).timestamp() * 1_000_000)  # the session's time zone is UTC
+    commit_us = _epoch_micros(moment)
     record = late_record(pipeline, source, row, int(closed["_sequence"]) // 10 + 8, commit_us, op="c")
     view = plan.view.name
     base_text = ", ".join(f"{k}={closed[k]}" for k in base.source.primary_key)
@@ -353,6 +353,12 @@ def _late_partner(spark: Any, pipeline: Any, plan: Any, base: Any, joined: Any, 
     intro = (f"a late event: {source.name} {pk[0]}={row[pk[0]]} for {base.source.name} {base_text}, committed at {moment} "
              f"(inside that event's window, which closed at {closed[AT] + span}; watermark now {mark}), reaches Kafka only now")
     return _Late(record, intro, into_truth, show)
+
+
+def _epoch_micros(moment: Any) -> int:
+    """Epoch microseconds of a timestamp a collected row holds (naive, in the Python process's
+    local time, as PySpark returns them)."""
+    return int(moment.timestamp() * 1_000_000)
 
 
 def _equal(columns: list[str], row: Any) -> Any:
@@ -406,7 +412,7 @@ def _late_version(spark: Any, pipeline: Any, plan: Any) -> Any:
             values = {c: row[c] for c in source.column_names}
             old = values[column]
             values[column] = f"{old} (corrected late)"
-            commit_us = int(moment.timestamp() * 1_000_000)
+            commit_us = _epoch_micros(moment)
             record = late_record(pipeline, source, values, lsn, commit_us)
             key_text = ", ".join(f"{k}={row[k]}" for k in source.primary_key)
             return record, source, key_text, column, old, values[column], moment, row

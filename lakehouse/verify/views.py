@@ -18,7 +18,7 @@ from typing import Mapping, Sequence
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from lakehouse.declaration import Pipeline
+from lakehouse.declaration import Pipeline, Source
 from lakehouse.gold import full_recompute, view_plan, windowed
 from lakehouse.gold.as_of import joined_sources
 from lakehouse.gold.plan import ViewPlan
@@ -121,12 +121,27 @@ class ViewCheck:
 #: An as-of view under `verify --truth`: the temporal join over the truth's version log (every
 #: version the database committed, at its commit time; the snapshot's rows at the snapshot's).
 AS_OF_AGAINST_TRUTH = "joined as of each event's time: checked against the temporal join over the truth's version log"
-#: ... unless the truth cannot state it: it has no version log, or outages lost versions.
-AS_OF_NO_TRUTH_HISTORY = ("joined as of each event's time: checked against the temporal join over silver history "
-                          "(the truth files hold no version log; simulate again to write one)")
-AS_OF_OUTAGES = ("joined as of each event's time: checked against the temporal join over silver history, not the "
-                 "truth's version log: {n} connector outage(s) lost the records of versions committed meanwhile, "
-                 "which no CDC consumer can know")
+#: ... unless the truth cannot state it (no version log, or outages lost versions): the note says why.
+AS_OF_AGAINST_SILVER = "joined as of each event's time: checked against the temporal join over silver history"
+
+
+def _truth_log(spark: SparkSession, pipeline: Pipeline, truth_dir: Path, names: Sequence[str]) -> tuple[dict[str, DataFrame] | None, str]:
+    """(every version of `names` from the truth's version log, None) when the log can state what a
+    CDC consumer saw, else (None, why not: `{n}` outages lost versions, or there is no log)."""
+    from lakehouse.verify.truth import read_truth_history_frames, truth_outages
+
+    outages = truth_outages(truth_dir)
+    frames = None if outages else read_truth_history_frames(spark, pipeline, truth_dir, list(names))
+    if frames is not None:
+        return frames, ""
+    return None, (f"{outages} connector outage(s) lost the records of versions committed meanwhile, which no CDC "
+                  "consumer can know" if outages else "the truth files hold no version log; simulate again to write one")
+
+
+def _live_at_commit(versions: DataFrame, source: Source) -> DataFrame:
+    """A source's live rows from its versions, each with its commit time (`COMMIT_TIME`)."""
+    live = versions.where(F.col("_valid_to").isNull() & ~F.col("_deleted"))
+    return live.select(*source.column_names, F.col("_valid_from").alias(COMMIT_TIME))
 
 
 def _as_of_state(spark: SparkSession, pipeline: Pipeline, plan: ViewPlan, truth_dir: Path | None
@@ -134,18 +149,14 @@ def _as_of_state(spark: SparkSession, pipeline: Pipeline, plan: ViewPlan, truth_
     """(state, history, note) for an as-of view's oracle: from the truth's version log (the
     events' live rows with their commit time, every version of the joined sources) when it can
     state the join, else from silver, with a note saying why."""
-    from lakehouse.verify.truth import read_truth_history_frames, truth_outages
-
     names = list(dict.fromkeys([plan.base.source.name, *(s.name for s in joined_sources(plan))]))
     note = None
     if truth_dir is not None:
-        outages = truth_outages(truth_dir)
-        frames = None if outages else read_truth_history_frames(spark, pipeline, truth_dir, names)
+        frames, why_not = _truth_log(spark, pipeline, truth_dir, names)
         if frames is not None:
             base = plan.base.source
-            live = frames[base.name].where(F.col("_valid_to").isNull() & ~F.col("_deleted"))
-            return {base.name: live.select(*base.column_names, F.col("_valid_from").alias(COMMIT_TIME))}, frames, AS_OF_AGAINST_TRUTH
-        note = AS_OF_OUTAGES.format(n=outages) if outages else AS_OF_NO_TRUTH_HISTORY
+            return {base.name: _live_at_commit(frames[base.name], base)}, frames, AS_OF_AGAINST_TRUTH
+        note = f"{AS_OF_AGAINST_SILVER}, not the truth's version log: {why_not}"
     history = silver_history_state(spark, pipeline, [s.name for s in joined_sources(plan)])
     return silver_live_state(spark, pipeline, [s.name for s in plan.sources]), history, note
 
@@ -210,7 +221,8 @@ def verify_pipeline(
             continue
         plan = view_plan(pipeline, name)
         if plan.view.windowed:
-            _check_windowed(spark, pipeline, plan, check, state if truth_dir is not None else None)
+            _check_windowed(spark, pipeline, plan, check, state if truth_dir is not None else None,
+                            Path(truth_dir) if truth_dir is not None else None)
             continue
         missing = [
             t
@@ -243,10 +255,10 @@ WINDOWED_ACCEPTED = "paired within the window over the events gold accepted (lat
 
 
 def _check_windowed(spark: SparkSession, pipeline: Pipeline, plan: ViewPlan, check: ViewCheck,
-                    truth: Mapping[str, DataFrame] | None) -> None:
+                    truth: Mapping[str, DataFrame] | None, truth_dir: Path | None) -> None:
     """A windowed view against the windowed SQL join (`oracle_view`) over the events it accepted,
-    read from the truth (final rows) when given and the window is timed by declared columns,
-    else from silver, with the view's watermark closing the unmatched rows' windows."""
+    read from the truth when given (final rows; with the version log's commit times when a side is
+    timed by its commit), else from silver, with the view's watermark closing unmatched windows."""
     tables = [gold_table(pipeline, plan.view.name), *[silver_current_table(pipeline, s) for s in plan.sources],
               *windowed.prepared_tables(pipeline, plan)]
     missing = [t for t in tables if not spark.catalog.tableExists(t)]
@@ -254,13 +266,18 @@ def _check_windowed(spark: SparkSession, pipeline: Pipeline, plan: ViewPlan, che
         check.error = f"table(s) not found: {', '.join(missing)}; run the pipeline first"
         return
     by_commit_time = COMMIT_TIME in window_times(plan.view)
-    rows = silver_live_state(spark, pipeline, [s.name for s in plan.sources]) if truth is None or by_commit_time else {
-        s.name: (truth[s.name] if s.name in truth else spark.createDataFrame([], row_struct(s))).withColumn(COMMIT_TIME, F.lit(None).cast("timestamp"))
-        for s in plan.sources}
+    log, why_not = _truth_log(spark, pipeline, truth_dir, [s.name for s in plan.sources]) if truth_dir is not None and by_commit_time else (None, "")
+    if truth is None or (by_commit_time and log is None):
+        rows = silver_live_state(spark, pipeline, [s.name for s in plan.sources])
+    elif log is not None:
+        rows = {s.name: _live_at_commit(log[s.name], s) for s in plan.sources}
+    else:
+        rows = {s.name: (truth[s.name] if s.name in truth else spark.createDataFrame([], row_struct(s)))
+                .withColumn(COMMIT_TIME, F.lit(None).cast("timestamp")) for s in plan.sources}
     accepted = windowed.accepted_events(spark, pipeline, plan)
     state = {name: frame.join(accepted[name], list(pipeline.source(name).primary_key), "left_semi") for name, frame in rows.items()}
     expected = oracle_view(spark, pipeline, plan.view.name, state, watermark=windowed.watermark(spark, pipeline, plan))
     actual = spark.read.table(gold_table(pipeline, plan.view.name))
     check.diff = diff_frames(expected, actual, plan.key_columns, plan.output_columns)
-    check.note = WINDOWED_ACCEPTED + ("; checked against silver: the window is timed by commit times, which the truth files do not hold"
-                                      if truth is not None and by_commit_time else "")
+    check.note = WINDOWED_ACCEPTED + ("; timed by the truth's version log (commit times)" if log is not None else
+                                      f"; checked against silver, not the truth: {why_not}" if truth is not None and by_commit_time else "")
