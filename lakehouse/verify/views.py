@@ -126,8 +126,8 @@ AS_OF_AGAINST_SILVER = "joined as of each event's time: checked against the temp
 
 
 def _truth_log(spark: SparkSession, pipeline: Pipeline, truth_dir: Path, names: Sequence[str]) -> tuple[dict[str, DataFrame] | None, str]:
-    """(every version of `names` from the truth's version log, None) when the log can state what a
-    CDC consumer saw, else (None, why not: `{n}` outages lost versions, or there is no log)."""
+    """(every version of `names` from the truth's version log, "") when the log can state what a
+    CDC consumer saw, else (None, why not: outages lost versions, or there is no log)."""
     from lakehouse.verify.truth import read_truth_history_frames, truth_outages
 
     outages = truth_outages(truth_dir)

@@ -648,6 +648,18 @@ def test_workload_file_problems_are_reported_together(shop_pipeline_path: Path, 
         assert expected in message
 
 
+def test_hints_may_name_a_source_of_the_file_that_a_narrowed_pipeline_leaves_out(shop_pipeline: Pipeline) -> None:
+    """A test or bench running part of the shop reads the shop's workload.yml: the hints of the
+    sources it left out are unused, not an error (a name in no pipeline file still is, above)."""
+    from tests.shop_views import five_tables
+
+    narrowed = five_tables(shop_pipeline)
+    assert "refunds" not in narrowed.sources
+    workload = load_workload(narrowed)
+    assert set(workload.sources) == set(narrowed.sources)
+    assert workload.hints(narrowed.source("products")).toast == ("description",)
+
+
 def test_workload_defaults_and_explicit_path(shop_pipeline_path: Path, shop_pipeline: Pipeline, tmp_path: Path) -> None:
     bare = parse_pipeline(shop_pipeline_path.read_text(), filename=str(tmp_path / "pipeline.yml"))
     defaults = load_workload(bare)
