@@ -32,9 +32,10 @@ VARIANT_VIEWS = """
 
 
 def all_views_pipeline(shop_pipeline_path: Path) -> Pipeline:
-    """The shop pipeline's current-state views with VARIANT_VIEWS added (its as-of and windowed
-    views have their own tests: tests/integration/test_gold_as_of.py, test_gold_windowed.py)."""
-    return current_state_only(parse_pipeline(shop_pipeline_path.read_text().rstrip() + "\n" + VARIANT_VIEWS, filename="all_views.yml"))
+    """The shop pipeline's current-state views with VARIANT_VIEWS added, over its five core tables
+    (its as-of and windowed views have their own tests: tests/integration/test_gold_as_of.py,
+    test_gold_windowed.py)."""
+    return current_state_only(five_tables(parse_pipeline(shop_pipeline_path.read_text().rstrip() + "\n" + VARIANT_VIEWS, filename="all_views.yml")))
 
 
 def current_state_only(pipeline: Pipeline) -> Pipeline:
