@@ -322,10 +322,14 @@ def _late_partner(spark: Any, pipeline: Any, plan: Any, base: Any, joined: Any, 
     span = timedelta(microseconds=base.span_us)
     closed = (base_events.where(~F.col(LATE) & (F.col(AT) + F.expr(f"INTERVAL {base.span_us} MICROSECONDS") < F.lit(mark)))
               .orderBy(F.desc(AT)).first())
-    template = spark.table(silver_current_table(pipeline, source)).where("NOT _deleted").orderBy(*pk).first()
+    # one read of the joined source: its highest key (deleted ones too: a new key is unused) and a live row to copy
+    found = spark.table(silver_current_table(pipeline, source)).agg(
+        F.max(pk[0]).alias("top"),
+        F.min_by(F.struct(*source.column_names), F.when(~F.col("_deleted"), F.col(pk[0]))).alias("template"),
+    ).first()
+    top, template = found["top"], found["template"]
     if closed is None or template is None:
         return None
-    top = spark.table(silver_current_table(pipeline, source)).agg(F.max(pk[0])).first()[0]
     moment = closed[AT] + span / 2
     moment = moment - timedelta(microseconds=moment.microsecond % 1000)
     row = {c: template[c] for c in source.column_names} | {pk[0]: int(top) + 1}

@@ -595,13 +595,12 @@ class Worker:
     def new_key_value(self, src: Source, column: Column) -> Any:
         """The next key value of `column`: a number, its pool's next value (None: the pool is used
         up), or `<source>-<n>` for a string."""
+        number = self.registry.next_number(src.name, column.name)
         pool = self.values.hints(src).key_pool(column.name)
         if pool:
-            number = self.registry.next_number(src.name, column.name)
             return pool[number - 1] if number <= len(pool) else None
         if column.type in _INT_LIMITS:
-            return self.registry.next_number(src.name, column.name)
-        number = self.registry.next_number(src.name, column.name)
+            return number
         if column.type == "string":
             return f"{src.name}-{number:08d}"
         raise WorkloadError(f"{src.name}.{column.name}: cannot generate primary-key values of type {column.type}")
