@@ -306,7 +306,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
             rates = tuple(float(r) for r in args.rates.split(",")) if args.rates else RATES
             results[name] = bench_freshness(spark, pipeline, lake, _bootstrap(args, pipeline), rates,
-                                            duration_s=args.duration, drain_s=args.drain, progress=_say)
+                                            duration_s=args.duration, drain_s=args.drain, postgres_stack=lake_root(args.lake) if args.with_postgres else None,
+                                            progress=_say)
             _say(freshness_table(results[name]))
         elif name == "ingest":
             from testkit.bench.ingest import bench_ingest
@@ -501,6 +502,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rates", help="freshness: comma list of records per second (default 100,500,2000)")
     p.add_argument("--duration", type=float, default=180, help="freshness: seconds of changes sent at each rate (default 180)")
     p.add_argument("--drain", type=float, default=120, help="freshness: seconds the run goes on after the last send (default 120)")
+    p.add_argument("--with-postgres", action="store_true",
+                   help="freshness: changes from a real PostgreSQL through Debezium's connector (the local stack's; "
+                        "--rates in transactions per second), timed from each transaction's commit")
     p.add_argument("--parsers", default="hybrid",
                    help="ingest: comma list of bronze parsers to time side by side (hybrid = the JVM decoder, "
                         "sql = the SQL pass, python); the first one's ratio is the headline")

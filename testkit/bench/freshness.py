@@ -23,6 +23,12 @@ by the end of the drain is at least 90 % of the first third's, and gold's last s
 before 80 % of the drain had passed (`catch_up_s`: the producer's last send -> the last gold
 commit carrying a sent change): a growing backlog shows as rising latency, as changes still
 unseen when the run stops, or as a catch-up that fills the whole drain.
+
+With `postgres=True` the changes come from a real PostgreSQL through Debezium's connector
+(`testkit.pg_workload` at `rate` transactions per second, the local stack's cluster and Kafka
+Connect): each change is timed from its transaction's commit (`source.ts_ms`, as bronze stores
+it in `_source_ts_ms`; PostgreSQL and the bench share this machine's clock), so the connector's
+capture delay is included, which the simulator's send time leaves out.
 """
 
 from __future__ import annotations
@@ -44,7 +50,7 @@ from lakehouse.gold import view_plan
 from lakehouse.ordering import rule
 from lakehouse.paths import checkpoint_dir
 from lakehouse.spark import ensure_schemas
-from lakehouse.tables import gold_table
+from lakehouse.tables import bronze_table, gold_table
 from testkit.bench import markdown_table
 from testkit.bench.ingest import _clean, isolated_pipeline
 
@@ -121,7 +127,9 @@ def latency_summary(
 
 
 def _gold_sightings(spark: SparkSession, pipeline: Pipeline) -> dict[tuple[str, Decimal], float]:
-    """(source, sequence) -> epoch seconds of the first gold commit carrying it, over every view."""
+    """(source, sequence) -> epoch seconds of the first gold commit carrying it, over every view
+    whose rows carry their sources' sequences (a windowed view's rows name their events by key,
+    `_pair`, and are not matched)."""
     seen: dict[tuple[str, Decimal], float] = {}
     for name in pipeline.views:
         plan = view_plan(pipeline, name)
@@ -130,7 +138,7 @@ def _gold_sightings(spark: SparkSession, pipeline: Pipeline) -> dict[tuple[str, 
             .table(gold_table(pipeline, name))
             .where(F.col("_change_type").isin("insert", "update_postimage"))
         )
-        for alias in plan.aliases:
+        for alias in (a for a in plan.aliases if a.gold_seq in feed.columns):
             rows = (
                 feed.where(F.col(alias.gold_seq).isNotNull())
                 .groupBy(F.col(alias.gold_seq).alias("seq"))
@@ -156,6 +164,117 @@ def _wait_for_gold(spark: SparkSession, pipeline: Pipeline, timeout_s: float) ->
     return False
 
 
+class _SimulatorFeed:
+    """The simulator's records produced to Kafka: the snapshot untimed, then the changes at a
+    steady rate, each timed from its send."""
+
+    unit = "records"
+
+    def __init__(self, bench: Pipeline, bootstrap: str, seed: int) -> None:
+        self.bench, self.bootstrap, self.seed = bench, bootstrap, seed
+        self.snapshot: list[Any] = []
+        self.changes: list[Any] = []
+        self.sent_times: list[float] = []
+
+    def prepare(self, rate: float, duration_s: float) -> str:
+        from testkit.simulator import simulate
+        from testkit.simulator.produce import produce
+
+        events = int(rate * duration_s)
+        for record in simulate(self.bench, seed=self.seed, events=events).records:
+            (self.snapshot if _payload(record.value).get("op") == "r" else self.changes).append(record)
+        self.changes = self.changes[:events]
+        produce(self.snapshot, self.bootstrap)
+        return f"snapshot of {len(self.snapshot)} records"
+
+    def send(self, rate: float, duration_s: float) -> str:
+        from testkit.simulator.produce import produce
+
+        produce(self.changes, self.bootstrap, rate=rate, sent=self.sent_times)
+        return f"{len(self.changes)} records sent"
+
+    def sent(self, spark: SparkSession) -> dict[tuple[str, Decimal], float]:
+        sent: dict[tuple[str, Decimal], float] = {}
+        for record, at in zip(self.changes, self.sent_times):
+            found = record_sequence(self.bench, record.topic, record.value, record.partition)
+            if found is not None:
+                sent.setdefault(found, at)
+        return sent
+
+    def records(self) -> int:
+        return len(self.changes)
+
+    def close(self) -> None:
+        pass
+
+
+class _PostgresFeed:
+    """A real PostgreSQL (the lake's local cluster, a database per bench pipeline) captured by
+    Debezium's connector: the seeded rows are the untimed snapshot, then `testkit.pg_workload`
+    runs at `rate` transactions per second; each change is timed from its commit time
+    (`_source_ts_ms` in bronze, read after the run so that measuring adds no load)."""
+
+    unit = "transactions"
+
+    def __init__(self, lake: Path, bench: Pipeline, bootstrap: str, seed: int) -> None:
+        self.lake, self.bench, self.bootstrap, self.seed = lake, bench, bootstrap, seed
+        self.dsn = ""
+        self.started_ms = 0
+        self.changes = 0
+
+    def prepare(self, rate: float, duration_s: float) -> str:
+        from devstack import connect, postgres
+        from devstack.procs import free_port
+        from testkit import pg_workload
+
+        status = postgres.postgres_status(self.lake)
+        postgres.postgres_up(self.lake, port=None if status.running else free_port(), database=self.bench.name)
+        self.dsn = postgres.dsn(self.lake, database=self.bench.name)
+        seeded = pg_workload.seed_database(self.dsn, self.bench, self.seed)
+        connect.connect_up(self.lake, self.bench, self.bootstrap, self.dsn, rest_port=free_port())
+        connect.wait_until_streaming(self.dsn, self.bench, self.lake)
+        return f"PostgreSQL seeded ({seeded.transactions} transactions) and captured by Debezium's connector"
+
+    def send(self, rate: float, duration_s: float) -> str:
+        from testkit import pg_workload
+
+        self.started_ms = int(time.time() * 1000)
+        stats = pg_workload.run_workload(self.dsn, self.bench, int(rate * duration_s), seed=self.seed + 1, rate=rate)
+        self.changes = sum(n for ops in stats.operations.values() for n in ops.values())
+        return f"{stats.transactions} transactions committed ({stats.aborted} aborted, {self.changes} row changes) in {stats.elapsed_s:.0f}s"
+
+    def sent(self, spark: SparkSession) -> dict[tuple[str, Decimal], float]:
+        sent: dict[tuple[str, Decimal], float] = {}
+        for source in self.bench.sources.values():
+            rows = (
+                spark.table(bronze_table(self.bench, source))
+                .where(F.col("_op").isin("c", "u", "d") & (F.col("_source_ts_ms") >= self.started_ms))
+                .groupBy("_sequence").agg(F.min("_source_ts_ms").alias("ts"))
+                .collect()
+            )
+            for row in rows:
+                if row["_sequence"] is not None:
+                    sent[(source.name, Decimal(row["_sequence"]))] = row["ts"] / 1000
+        return sent
+
+    def records(self) -> int:
+        return self.changes
+
+    def close(self) -> None:
+        """Stop the connector, drop its slot (a forgotten one keeps WAL forever) and the bench's database."""
+        import psycopg
+        from psycopg import sql
+
+        from devstack import connect, postgres
+
+        connect.connect_down(self.lake)
+        if not self.dsn:
+            return
+        connect.drop_replication(self.dsn, self.bench)
+        with psycopg.connect(postgres.dsn(self.lake, superuser=True), autocommit=True, connect_timeout=10) as conn:
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(self.bench.name)))
+
+
 def bench_freshness(
     spark: SparkSession,
     pipeline: Pipeline,
@@ -168,12 +287,13 @@ def bench_freshness(
     seed: int = 11,
     intervals: dict[str, str] | None = None,
     keep: bool = False,
+    postgres_stack: Path | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """For each rate, a fresh continuous run fed at that rate; per-change latency to gold."""
+    """For each rate, a fresh continuous run fed at that rate; per-change latency to gold.
+    `postgres_stack`: the lake of the local stack whose PostgreSQL and Kafka Connect feed the
+    run instead of the simulator (`rate` in transactions per second; started when not running)."""
     from lakehouse.continuous import run_continuous
-    from testkit.simulator import simulate
-    from testkit.simulator.produce import produce
 
     say = progress or (lambda _m: None)
     results = []
@@ -181,12 +301,9 @@ def bench_freshness(
         tag = "fresh" + uuid.uuid4().hex[:8]
         bench = isolated_pipeline(pipeline, tag)
         bench = replace(bench, options=replace(bench.options, intervals=dict(intervals or INTERVALS)))
-        events = int(rate * duration_s)
-        simulation = simulate(bench, seed=seed, events=events)
-        snapshot, changes = [], []
-        for record in simulation.records:
-            (snapshot if _payload(record.value).get("op") == "r" else changes).append(record)
-        changes = changes[:events]
+        feed: _SimulatorFeed | _PostgresFeed = (
+            _PostgresFeed(Path(postgres_stack), bench, bootstrap, seed) if postgres_stack else _SimulatorFeed(bench, bootstrap, seed)
+        )
         ensure_schemas(spark, bench)
         checkpoints = checkpoint_dir(Path(lake), bench.name, "")
         stop = threading.Event()
@@ -199,37 +316,36 @@ def bench_freshness(
                 failure.append(exc)
                 stop.set()
 
-        produce(snapshot, bootstrap)
-        runner = threading.Thread(target=run, name=f"continuous-{tag}", daemon=True)
-        runner.start()
         try:
-            if not _wait_for_gold(spark, bench, 600) or failure:
-                raise RuntimeError(f"bench freshness: the snapshot never reached gold: {failure[:1]}")
-            say(f"bench freshness {rate:g}/s: snapshot of {len(snapshot)} records in gold; sending {len(changes)} changes over {duration_s:.0f}s")
-            sent_times: list[float] = []
-            produce(changes, bootstrap, rate=rate, sent=sent_times)
-            produced_until = time.time()
-            sent: dict[tuple[str, Decimal], float] = {}
-            for record, at in zip(changes, sent_times):
-                found = record_sequence(bench, record.topic, record.value, record.partition)
-                if found is not None:
-                    sent.setdefault(found, at)
-            say(f"bench freshness {rate:g}/s: sent; draining up to {drain_s:.0f}s")
-            stop.wait(drain_s)
+            prepared = feed.prepare(rate, duration_s)
+            runner = threading.Thread(target=run, name=f"continuous-{tag}", daemon=True)
+            runner.start()
+            try:
+                if not _wait_for_gold(spark, bench, 600) or failure:
+                    raise RuntimeError(f"bench freshness: the snapshot never reached gold: {failure[:1]}")
+                say(f"bench freshness {rate:g} {feed.unit}/s: {prepared}, in gold; sending for {duration_s:.0f}s")
+                sending_began = time.time()
+                sent_line = feed.send(rate, duration_s)
+                sent_seconds = time.time() - sending_began
+                say(f"bench freshness {rate:g} {feed.unit}/s: {sent_line}; draining up to {drain_s:.0f}s")
+                stop.wait(drain_s)
+            finally:
+                stop.set()
+                runner.join(timeout=300)
+            if failure:
+                raise failure[0]
+            summary = latency_summary(feed.sent(spark), _gold_sightings(spark, bench), drain_s)
         finally:
-            stop.set()
-            runner.join(timeout=300)
-        if failure:
-            raise failure[0]
-        summary = latency_summary(sent, _gold_sightings(spark, bench), drain_s)
-        summary.update(rate=rate, duration_s=duration_s, records_sent=len(changes), snapshot_records=len(snapshot),
-                       sent_seconds=round(produced_until - sent_times[0], 1) if sent_times else 0.0)
-        say(f"bench freshness {rate:g}/s: {_line(summary)}")
+            feed.close()
+        summary.update(rate=rate, unit=feed.unit, duration_s=duration_s, records_sent=feed.records(),
+                       sent_seconds=round(sent_seconds, 1))
+        say(f"bench freshness {rate:g} {feed.unit}/s: {_line(summary)}")
         results.append(summary)
         if not keep:
             _clean(spark, bench, checkpoints, bootstrap)
     held = [r["rate"] for r in results if r.get("bounded")]
-    return {"rates": results, "highest_bounded_rate": max(held) if held else None, "intervals": dict(intervals or INTERVALS)}
+    return {"rates": results, "highest_bounded_rate": max(held) if held else None, "intervals": dict(intervals or INTERVALS),
+            "source": "postgres" if postgres_stack else "simulator"}
 
 
 def _payload(value: bytes | None) -> dict[str, Any]:
@@ -253,8 +369,9 @@ def _line(summary: dict[str, Any]) -> str:
 
 def render_table(result: dict[str, Any]) -> str:
     """The README's table: one row per rate."""
+    unit = "transactions" if result.get("source") == "postgres" else "records"
     return markdown_table(
-        ("rate (records/s)", "changes sent", "seen in gold", "p50 s", "p95 s", "p99 s", "p95 by third s", "catch-up s", "lag"),
+        (f"rate ({unit}/s)", "changes sent", "seen in gold", "p50 s", "p95 s", "p99 s", "p95 by third s", "catch-up s", "lag"),
         (
             (f"{r['rate']:g}", f"{r['changes_sent']:,}", f"{r.get('changes_seen', 0):,}", r.get("p50_s", "-"),
              r.get("p95_s", "-"), r.get("p99_s", "-"), " / ".join(str(p) for p in r.get("p95_by_third_s", [])),
