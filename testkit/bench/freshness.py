@@ -24,7 +24,7 @@ before 80 % of the drain had passed (`catch_up_s`: the producer's last send -> t
 commit carrying a sent change): a growing backlog shows as rising latency, as changes still
 unseen when the run stops, or as a catch-up that fills the whole drain.
 
-With `postgres=True` the changes come from a real PostgreSQL through Debezium's connector
+With `postgres_stack` (`--with-postgres`) the changes come from a real PostgreSQL through Debezium's connector
 (`testkit.pg_workload` at `rate` transactions per second, the local stack's cluster and Kafka
 Connect): each change is timed from its transaction's commit (`source.ts_ms`, as bronze stores
 it in `_source_ts_ms`; PostgreSQL and the bench share this machine's clock), so the connector's
@@ -220,7 +220,7 @@ class _PostgresFeed:
         self.lake, self.bench, self.bootstrap, self.seed = lake, bench, bootstrap, seed
         self.dsn = ""
         self.started_ms = 0
-        self.changes = 0
+        self.operations = 0
 
     def prepare(self, rate: float, duration_s: float) -> str:
         from devstack import connect, postgres
@@ -240,8 +240,8 @@ class _PostgresFeed:
 
         self.started_ms = int(time.time() * 1000)
         stats = pg_workload.run_workload(self.dsn, self.bench, int(rate * duration_s), seed=self.seed + 1, rate=rate)
-        self.changes = sum(n for ops in stats.operations.values() for n in ops.values())
-        return f"{stats.transactions} transactions committed ({stats.aborted} aborted, {self.changes} row changes) in {stats.elapsed_s:.0f}s"
+        self.operations = sum(n for ops in stats.operations.values() for n in ops.values())
+        return f"{stats.transactions} transactions committed ({stats.aborted} aborted, {self.operations} operations) in {stats.elapsed_s:.0f}s"
 
     def sent(self, spark: SparkSession) -> dict[tuple[str, Decimal], float]:
         sent: dict[tuple[str, Decimal], float] = {}
@@ -258,7 +258,7 @@ class _PostgresFeed:
         return sent
 
     def records(self) -> int:
-        return self.changes
+        return self.operations
 
     def close(self) -> None:
         """Stop the connector, drop its slot (a forgotten one keeps WAL forever) and the bench's database."""
@@ -369,7 +369,7 @@ def _line(summary: dict[str, Any]) -> str:
 
 def render_table(result: dict[str, Any]) -> str:
     """The README's table: one row per rate."""
-    unit = "transactions" if result.get("source") == "postgres" else "records"
+    unit = result["rates"][0].get("unit", "records") if result["rates"] else "records"
     return markdown_table(
         (f"rate ({unit}/s)", "changes sent", "seen in gold", "p50 s", "p95 s", "p99 s", "p95 by third s", "catch-up s", "lag"),
         (

@@ -128,7 +128,7 @@ def plot_freshness(result: dict[str, Any], out: Path) -> Path:
     for r in runs:
         ax.annotate("bounded" if r["bounded"] else "not bounded", (r["rate"], r["p99_s"]), fontsize=7,
                     textcoords="offset points", xytext=(4, 4))
-    postgres = result.get("source") == "postgres"
+    postgres = runs[0].get("unit") == "transactions" if runs else False
     _style(ax, "PostgreSQL transactions per second (Debezium)" if postgres else "changes per second (Kafka records)",
            "seconds from source commit to gold commit", "", legend_size=8)
     return _save(fig, out, "cdc-enrich bench freshness (continuous run" + (", PostgreSQL + Debezium)" if postgres else ")"))
