@@ -46,6 +46,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from lakehouse.declaration import Pipeline
+from lakehouse.errors import CdcEnrichError
 from lakehouse.gold import view_plan
 from lakehouse.ordering import rule
 from lakehouse.paths import checkpoint_dir
@@ -219,6 +220,7 @@ class _PostgresFeed:
     def __init__(self, lake: Path, bench: Pipeline, bootstrap: str, seed: int) -> None:
         self.lake, self.bench, self.bootstrap, self.seed = lake, bench, bootstrap, seed
         self.dsn = ""
+        self.owns_connect = False  # set once no other connector was found running: close() stops only its own
         self.started_ms = 0
         self.operations = 0
 
@@ -227,6 +229,14 @@ class _PostgresFeed:
         from devstack.procs import free_port
         from testkit import pg_workload
 
+        running = connect.connect_status(self.lake)
+        if running.running:
+            raise CdcEnrichError(
+                f"the local stack's Kafka Connect already runs {running.connector}; the freshness bench runs its own "
+                "connector per rate: stop the stack (`cdc-enrich stack down --with-postgres`), start the broker alone "
+                "(`cdc-enrich stack up`) and run the bench again (it starts PostgreSQL itself)"
+            )
+        self.owns_connect = True
         status = postgres.postgres_status(self.lake)
         postgres.postgres_up(self.lake, port=None if status.running else free_port(), database=self.bench.name)
         self.dsn = postgres.dsn(self.lake, database=self.bench.name)
@@ -267,6 +277,8 @@ class _PostgresFeed:
 
         from devstack import connect, postgres
 
+        if not self.owns_connect:
+            return
         connect.connect_down(self.lake)
         if not self.dsn:
             return
