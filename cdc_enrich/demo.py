@@ -156,18 +156,15 @@ def _stop_all(lake: Path) -> None:
 def _postgres_workload(args: argparse.Namespace, pipeline: Any, lake: Path, bootstrap: str) -> str:
     """PostgreSQL + Debezium, the initial rows, then `args.events` transactions from two
     connections with the connector SIGKILLed and restarted half-way. Returns the DSN."""
-    from devstack import connect, postgres
+    from devstack import connect
     from testkit import pg_workload
-    from devstack.procs import free_port
 
     _banner(f"2. PostgreSQL + Debezium: {args.events} real transactions, the connector killed half-way")
-    pg = postgres.postgres_up(lake, port=free_port(), database=pipeline.name)
-    print(f"postgres: {pg.describe()}")
-    dsn = postgres.dsn(lake, database=pipeline.name)
-    print(pg_workload.seed_database(dsn, pipeline, args.seed).render())
-    rest_port = free_port()
-    print(f"connect: {connect.connect_up(lake, pipeline, bootstrap, dsn, rest_port=rest_port).describe()}")
-    connect.wait_until_streaming(dsn, pipeline, lake)
+    captured = pg_workload.capture_seeded_database(lake, pipeline, bootstrap, args.seed)
+    dsn, rest_port = captured.dsn, captured.rest_port
+    print(f"postgres: {captured.postgres.describe()}")
+    print(captured.seeded.render())
+    print(f"connect: {captured.connect.describe()}")
     print("connect: snapshot done, streaming")
     half = args.events // 2
     print(pg_workload.run_workload(dsn, pipeline, half, seed=args.seed + 1).render())

@@ -696,6 +696,35 @@ def seed_database(dsn: str, pipeline: Pipeline, seed: int, scale: int = 1, batch
     return stats
 
 
+@dataclass(frozen=True)
+class CapturedDatabase:
+    """A seeded PostgreSQL database with Debezium's connector streaming it (`capture_seeded_database`)."""
+
+    dsn: str
+    rest_port: int  # Kafka Connect's REST port: a restart of the connector reuses it
+    postgres: Any  # devstack.postgres.PostgresStatus
+    seeded: WorkloadStats
+    connect: Any  # devstack.connect.ConnectStatus
+
+
+def capture_seeded_database(lake: Any, pipeline: Pipeline, bootstrap: str, seed: int) -> CapturedDatabase:
+    """The lake's PostgreSQL up (on a free port when not running) with the pipeline's database
+    seeded, then Debezium's connector started and its snapshot done, in the order the connector
+    needs: its publication is built from the tables, and a write before its snapshot finished
+    could be lost to a restart (`connect.wait_until_streaming`)."""
+    from devstack import connect, postgres
+    from devstack.procs import free_port
+
+    running = postgres.postgres_status(lake).running
+    pg = postgres.postgres_up(lake, port=None if running else free_port(), database=pipeline.name)
+    dsn = postgres.dsn(lake, database=pipeline.name)
+    seeded = seed_database(dsn, pipeline, seed)
+    rest_port = free_port()
+    status = connect.connect_up(lake, pipeline, bootstrap, dsn, rest_port=rest_port)
+    connect.wait_until_streaming(dsn, pipeline, lake)
+    return CapturedDatabase(dsn, rest_port, pg, seeded, status)
+
+
 def run_workload(
     dsn: str,
     pipeline: Pipeline,

@@ -225,8 +225,7 @@ class _PostgresFeed:
         self.operations = 0
 
     def prepare(self, rate: float, duration_s: float) -> str:
-        from devstack import connect, postgres
-        from devstack.procs import free_port
+        from devstack import connect
         from testkit import pg_workload
 
         running = connect.connect_status(self.lake)
@@ -237,13 +236,9 @@ class _PostgresFeed:
                 "(`cdc-enrich stack up`) and run the bench again (it starts PostgreSQL itself)"
             )
         self.owns_connect = True
-        status = postgres.postgres_status(self.lake)
-        postgres.postgres_up(self.lake, port=None if status.running else free_port(), database=self.bench.name)
-        self.dsn = postgres.dsn(self.lake, database=self.bench.name)
-        seeded = pg_workload.seed_database(self.dsn, self.bench, self.seed)
-        connect.connect_up(self.lake, self.bench, self.bootstrap, self.dsn, rest_port=free_port())
-        connect.wait_until_streaming(self.dsn, self.bench, self.lake)
-        return f"PostgreSQL seeded ({seeded.transactions} transactions) and captured by Debezium's connector"
+        captured = pg_workload.capture_seeded_database(self.lake, self.bench, self.bootstrap, self.seed)
+        self.dsn = captured.dsn
+        return f"PostgreSQL seeded ({captured.seeded.transactions} transactions) and captured by Debezium's connector"
 
     def send(self, rate: float, duration_s: float) -> str:
         from testkit import pg_workload
@@ -258,13 +253,12 @@ class _PostgresFeed:
         for source in self.bench.sources.values():
             rows = (
                 spark.table(bronze_table(self.bench, source))
-                .where(F.col("_op").isin("c", "u", "d") & (F.col("_source_ts_ms") >= self.started_ms))
+                .where(F.col("_op").isin("c", "u", "d") & (F.col("_source_ts_ms") >= self.started_ms) & F.col("_sequence").isNotNull())
                 .groupBy("_sequence").agg(F.min("_source_ts_ms").alias("ts"))
                 .collect()
             )
             for row in rows:
-                if row["_sequence"] is not None:
-                    sent[(source.name, Decimal(row["_sequence"]))] = row["ts"] / 1000
+                sent[(source.name, Decimal(row["_sequence"]))] = row["ts"] / 1000
         return sent
 
     def records(self) -> int:
