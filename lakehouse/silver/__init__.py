@@ -115,6 +115,7 @@ from lakehouse.silver.plan import (  # noqa: F401
     late_records,
     history_as_of,
     key_bounds_condition,
+    keys_in,
 )
 from lakehouse.silver.layout import (  # noqa: F401
     truncates_table,

@@ -35,6 +35,7 @@ TRUNCATE_OP = "t"
 TOMBSTONE_OP = "tombstone"
 SNAPSHOT_END_MARKERS = ("last_in_data_collection", "last")  # `source.snapshot` of a table's last snapshot record
 BROADCAST_KEYS_LIMIT = 200_000  # a batch's keys are broadcast to the table scans up to this many
+LISTED_KEYS_LIMIT = 1_000  # up to this many touched keys are listed in the scans' filter instead
 log = logging.getLogger(__name__)
 
 Truncate = tuple[Decimal, datetime | None]  # (sequence, source time)
@@ -517,6 +518,18 @@ def key_bounds_sql(alias: str | None, bounds: dict[str, tuple[Any, Any]]) -> str
         for k, (lo, hi) in bounds.items()
     ]
     return " AND ".join(terms) or "TRUE"
+
+
+def keys_in(keys: Sequence[Any], source: Source) -> Column:
+    """The rows whose primary key is one of `keys` (values of a one-column key, or tuples of a
+    compound key's values): a small batch's touched keys as a filter on the table scans, instead
+    of a semi join whose broadcast costs two Spark jobs per scan."""
+    struct = key_struct(source)
+    if len(source.primary_key) == 1:
+        k = source.primary_key[0]
+        return F.col(k).isin([F.lit(v).cast(struct[k].dataType) for v in keys])
+    pairs = [F.struct(*[F.lit(v).cast(struct[k].dataType).alias(k) for k, v in zip(source.primary_key, values)]) for values in keys]
+    return F.struct(*[F.col(k) for k in source.primary_key]).isin(pairs)
 
 
 def key_bounds_condition(alias: str | None, bounds: dict[str, tuple[Any, Any]]) -> Column:

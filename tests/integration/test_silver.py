@@ -35,6 +35,7 @@ from lakehouse.silver import (
     dedupe_changes,
     ensure_silver_tables,
     history_as_of,
+    keys_in,
     late_changes,
     live_view,
     row_hash,
@@ -261,6 +262,7 @@ def test_out_of_order_change_goes_into_history_between_its_neighbours_only(make_
     ]
 
 
+@pytest.mark.slow  # the default suite: test_the_same_batch_id_twice_writes_once, the snapshot replay test and the property test's duplicated deliveries
 def test_duplicate_changes_nothing_anywhere(make_env):
     env = make_env()
     batch = [ev("c", 1, product(1, "one")), ev("u", 2, product(1, "two")), ev("d", 3, key={"id": 1})]
@@ -278,6 +280,7 @@ def test_duplicate_changes_nothing_anywhere(make_env):
 # --------------------------------------------------------------------------- 4. deletes and truncates
 
 
+@pytest.mark.slow  # the default suite: test_a_delete_of_an_unseen_key_blocks_its_older_insert and the property test's arrival orders
 def test_an_update_older_than_a_delete_never_resurrects_the_row(make_env):
     env = make_env()
     env.apply(0, ev("c", 1, product(1, "one")))
@@ -309,6 +312,7 @@ def test_a_key_created_and_deleted_within_one_batch_never_reaches_current(make_e
     assert [v[1] for v in versions(env.history(1))] == ["c", "d"]
 
 
+@pytest.mark.slow  # the default suite: test_a_late_delete_before_a_truncate_removes_the_truncates_delete_version and the property test's truncates
 def test_truncate_deletes_older_rows_and_keeps_older_late_changes_out_of_current(make_env):
     env = make_env()
     env.apply(0, ev("c", 1, product(1, "one")), ev("c", 2, product(2, "two")))
@@ -412,6 +416,7 @@ def test_a_new_snapshot_deletes_the_keys_it_no_longer_holds_and_an_old_one_repla
     assert set(env.live()) == {1, 4}
 
 
+@pytest.mark.slow  # the default suite: the TOASTed key changes, test_compaction_keeps_a_resolved_toast_value_without_its_predecessor and the property test's placeholders
 def test_toast_placeholder_keeps_the_previous_versions_value_even_when_that_arrives_late(make_env):
     env = make_env()
     env.apply(
@@ -436,7 +441,7 @@ def test_toast_placeholder_keeps_the_previous_versions_value_even_when_that_arri
 
 @pytest.mark.parametrize("split", [
     pytest.param("one batch", marks=pytest.mark.slow),  # the default suite's chain case holds it (a move within one batch)
-    "old key stored earlier",
+    pytest.param("old key stored earlier", marks=pytest.mark.slow),  # the default suite: the chain case and the property test's key changes
     "chain of moves in one batch",
 ])
 def test_a_primary_key_change_carries_its_toasted_value_from_the_old_key(make_env, split):
@@ -667,6 +672,17 @@ def test_pure_planning_functions_on_plain_dataframes(spark, shop_pipeline):
                                      "_valid_from timestamp, _valid_to timestamp")
     assert [r["title"] for r in history_as_of(history, at(2.5), source).collect()] == ["b"]
     assert history_as_of(history, at(3), source).count() == 0
+
+
+def test_a_small_batchs_keys_are_listed_in_the_scan_filter_for_one_and_compound_keys(spark, shop_pipeline):
+    """`keys_in`: the rows of the listed keys, whatever the key's arity; values are cast to the
+    key's type (a Python int against a bigint, a tuple against a compound key)."""
+    products, items = shop_pipeline.source("products"), shop_pipeline.source("order_items")
+    one = spark.createDataFrame([(1,), (2,), (3,)], "id bigint")
+    assert sorted(r["id"] for r in one.filter(keys_in([3, 1], products)).collect()) == [1, 3]
+    assert one.filter(keys_in([9], products)).count() == 0
+    two = spark.createDataFrame([(1, 1), (1, 2), (2, 1)], "order_id bigint, line_no int")
+    assert sorted(tuple(r) for r in two.filter(keys_in([(1, 2), (2, 1), (2, 2)], items)).collect()) == [(1, 2), (2, 1)]
 
 
 def test_job_entry_point_applies_the_named_source(make_env, tmp_path, shop_pipeline_path):
