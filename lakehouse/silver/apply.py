@@ -172,8 +172,8 @@ def apply_batch(
     (`app_id`:table, `batch_id`) as Delta txn, and planning from the tables' state makes the
     replay a no-op anyway. Work is proportional to the keys in the batch (a truncate touches
     every key alive at it). Spark jobs: one aggregation over the batch, then the changes, the
-    touched keys' stored history, the timeline and the plan are each materialized once, one
-    count, then the writes.
+    touched keys' stored history, the timeline and the plan are each materialized once (a small
+    batch collects its touched keys first, `apply_changes`), one count, then the writes.
     """
     spark = batch_df.sparkSession
     state = state if state is not None else StreamState()
