@@ -523,7 +523,8 @@ def key_bounds_sql(alias: str | None, bounds: dict[str, tuple[Any, Any]]) -> str
 def keys_in(keys: Sequence[Any], source: Source) -> Column:
     """The rows whose primary key is one of `keys` (values of a one-column key, or tuples of a
     compound key's values): a small batch's touched keys as a filter on the table scans, instead
-    of a semi join whose broadcast costs two Spark jobs per scan."""
+    of a semi join whose broadcast costs two Spark jobs per scan. A one-column key is a plain
+    `IN` on the column, which Delta also uses to skip files; a compound key compares structs."""
     struct = key_struct(source)
     if len(source.primary_key) == 1:
         k = source.primary_key[0]
