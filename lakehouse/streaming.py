@@ -34,6 +34,12 @@ TRIGGERS = (AVAILABLE_NOW, PROCESSING_TIME)
 # It happens after the batch is written and committed, so restarting the query is safe.
 KAFKA_METRICS_NPE = ('"scala.Option.get()" is null', "IterableOps.map")
 MAX_RESTARTS = 3
+# Spark Connect starts a Python process for a foreachBatch query and waits a fixed 10 s for it
+# to connect back (PythonWorkerFactory, not configurable in Spark 4.1); a busy server misses it.
+# Nothing has started then, so starting the query again is safe.
+WORKER_CONNECT_TIMEOUT = "Python worker failed to connect back"
+START_ATTEMPTS = 3
+START_RETRY_WAIT_S = 2.0
 STOP_GRACE_S = 120.0  # how long a graceful stop waits for a running micro-batch to finish
 
 
@@ -110,6 +116,12 @@ def first_line(exc: BaseException) -> str:
     return lines[0][:500] if lines else type(exc).__name__
 
 
+def is_worker_start_timeout(exc: BaseException) -> bool:
+    """Whether starting a query failed because its foreachBatch Python worker did not connect
+    back in time (Spark Connect under load, above): a start worth trying again."""
+    return WORKER_CONNECT_TIMEOUT in str(exc)
+
+
 def is_known_spark_bug(exc: BaseException) -> bool:
     """Whether `exc` is the Kafka metrics NPE above: its message, raised from
     KafkaMicroBatchStream.metrics (JVM stack trace and cause included)."""
@@ -163,18 +175,25 @@ class Stream:
         self.restarted_at_batch: int | None = None
 
     def start(self) -> None:
-        """Build the writer, set checkpoint, name and trigger, start it, tell the handler its id."""
-        try:
-            writer = (
-                self.spec.build()
-                .option("checkpointLocation", str(self.spec.checkpoint))
-                .queryName(self.spec.query_name)
-            )
-            self.query = apply_trigger(writer, self.trigger, self.processing_time).start()
-        except CdcEnrichError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - Spark's analysis and start errors, reworded
-            raise self.spec.failed(exc) from exc
+        """Build the writer, set checkpoint, name and trigger, start it, tell the handler its id.
+        A start whose foreachBatch worker missed Spark Connect's connect-back timeout is tried
+        again (up to START_ATTEMPTS in all, START_RETRY_WAIT_S apart)."""
+        for attempt in range(1, START_ATTEMPTS + 1):
+            try:
+                writer = (
+                    self.spec.build()
+                    .option("checkpointLocation", str(self.spec.checkpoint))
+                    .queryName(self.spec.query_name)
+                )
+                self.query = apply_trigger(writer, self.trigger, self.processing_time).start()
+                break
+            except CdcEnrichError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - Spark's analysis and start errors, reworded
+                if attempt == START_ATTEMPTS or not is_worker_start_timeout(exc):
+                    raise self.spec.failed(exc) from exc
+                log.warning("%s: starting again (attempt %d of %d): %s", self.spec.name, attempt + 1, START_ATTEMPTS, first_line(exc))
+                time.sleep(START_RETRY_WAIT_S)
         self.spec.started(str(self.query.id))
 
     def stop(self) -> None:

@@ -14,6 +14,8 @@ from lakehouse.streaming import (
     CONTINUOUS_POLICY,
     KAFKA_METRICS_NPE,
     MAX_RESTARTS,
+    START_ATTEMPTS,
+    WORKER_CONNECT_TIMEOUT,
     RestartPolicy,
     StreamSpec,
     apply_trigger,
@@ -240,6 +242,45 @@ def test_keyboard_interrupt_stops_every_query_and_propagates() -> None:
     with pytest.raises(KeyboardInterrupt):
         run_streams(specs, "processing_time", "1 second")
     assert "stop a" in log
+
+
+def _failing_starts(name: str, errors: list[BaseException], log: list[str]) -> StreamSpec:
+    """A spec whose first starts raise `errors` (as DataStreamWriter.start would), then drains."""
+    pending = list(errors)
+
+    def start() -> FakeQuery:
+        if pending:
+            raise pending.pop(0)
+        return FakeQuery([True], name, log)
+
+    def build() -> FakeWriter:
+        log.append(f"build {name}")
+        return FakeWriter(start)
+
+    return StreamSpec(name=name, query_name=f"q_{name}", checkpoint=Path("/cp") / name, build=build)
+
+
+def _worker_timeout() -> JvmError:
+    return JvmError(f"[PYTHON_WORKER] {WORKER_CONNECT_TIMEOUT}.", "Caused by: java.net.SocketTimeoutException")
+
+
+def test_a_start_whose_foreach_batch_worker_missed_the_connect_back_is_tried_again(monkeypatch) -> None:
+    monkeypatch.setattr("lakehouse.streaming.START_RETRY_WAIT_S", 0.0)
+    log: list[str] = []
+    run_streams([_failing_starts("a", [_worker_timeout()] * (START_ATTEMPTS - 1), log)], "available_now", "1 second")
+    assert log == ["build a"] * START_ATTEMPTS  # started on the last attempt and drained
+
+
+def test_start_attempts_are_limited_and_other_start_errors_are_not_retried(monkeypatch) -> None:
+    monkeypatch.setattr("lakehouse.streaming.START_RETRY_WAIT_S", 0.0)
+    log: list[str] = []
+    with pytest.raises(StreamError, match=f"a failed: \\[PYTHON_WORKER\\] {WORKER_CONNECT_TIMEOUT}"):
+        run_streams([_failing_starts("a", [_worker_timeout()] * START_ATTEMPTS, log)], "available_now", "1 second")
+    assert log == ["build a"] * START_ATTEMPTS
+    log.clear()
+    with pytest.raises(StreamError, match="a failed: checkpoint is not writable"):
+        run_streams([_failing_starts("a", [RuntimeError("checkpoint is not writable")], log)], "available_now", "1 second")
+    assert log == ["build a"]
 
 
 # --------------------------------------------------------------------------- continuous runs
