@@ -192,7 +192,8 @@ class Stream:
             except Exception as exc:  # noqa: BLE001 - Spark's analysis and start errors, reworded
                 if attempt == START_ATTEMPTS or not is_worker_start_timeout(exc):
                     raise self.spec.failed(exc) from exc
-                log.warning("%s: starting again (attempt %d of %d): %s", self.spec.name, attempt + 1, START_ATTEMPTS, first_line(exc))
+                log.warning("%s: starting again (attempt %d of %d): %s",
+                            self.spec.name, attempt + 1, START_ATTEMPTS, first_line(exc))
                 time.sleep(START_RETRY_WAIT_S)
         self.spec.started(str(self.query.id))
 
