@@ -275,7 +275,7 @@ def apply_changes(
         touched = F.broadcast(touched)
     in_range = key_bounds_condition(None, bounds)
     if listed:
-        in_range = in_range & keys_in([tuple(r) if len(keys) > 1 else r[0] for r in touched.collect()], source)
+        in_range = in_range & keys_in(touched.collect(), source)
 
     def of_touched(table: DataFrame) -> DataFrame:
         """The table's rows of the touched keys (within the batch's key bounds)."""

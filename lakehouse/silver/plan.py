@@ -521,14 +521,15 @@ def key_bounds_sql(alias: str | None, bounds: dict[str, tuple[Any, Any]]) -> str
 
 
 def keys_in(keys: Sequence[Any], source: Source) -> Column:
-    """The rows whose primary key is one of `keys` (values of a one-column key, or tuples of a
-    compound key's values): a small batch's touched keys as a filter on the table scans, instead
-    of a semi join whose broadcast costs two Spark jobs per scan. A one-column key is a plain
-    `IN` on the column, which Delta also uses to skip files; a compound key compares structs."""
+    """The rows whose primary key is one of `keys` (tuples or Rows of the key's values in key
+    order; a one-column key's plain values too): a small batch's touched keys as a filter on the
+    table scans, instead of a semi join whose broadcast costs two Spark jobs per scan. A
+    one-column key is a plain `IN` on the column, which Delta also uses to skip files; a compound
+    key compares structs."""
     struct = key_struct(source)
     if len(source.primary_key) == 1:
         k = source.primary_key[0]
-        return F.col(k).isin([F.lit(v).cast(struct[k].dataType) for v in keys])
+        return F.col(k).isin([F.lit(v[0] if isinstance(v, tuple) else v).cast(struct[k].dataType) for v in keys])
     pairs = [F.struct(*[F.lit(v).cast(struct[k].dataType).alias(k) for k, v in zip(source.primary_key, values)]) for values in keys]
     return F.struct(*[F.col(k) for k in source.primary_key]).isin(pairs)
 
