@@ -12,6 +12,7 @@ import sys
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
+from typing import Mapping
 
 from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
@@ -22,6 +23,9 @@ from lakehouse.paths import jars, lake_root
 
 LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
 LOCAL_JVM_OPTIONS = "-XX:+UseParallelGC -XX:ReservedCodeCacheSize=512m"
+#: More JVM options for every local Spark driver (the jobs, a local session, the local Spark
+#: Connect server), after `LOCAL_JVM_OPTIONS`: a heap dump path, a JIT tier (the test suite's).
+JVM_OPTIONS_ENV = "CDC_ENRICH_JVM_OPTIONS"
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
@@ -43,10 +47,13 @@ def is_connect(spark: SparkSession) -> bool:
     return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
-def build_local_spark(lake: Path, app_name: str = "cdc-enrich", ui: bool = False, cores: int | None = None) -> SparkSession:
-    """A `local[*]` session with Delta's extension and catalog, tuned for a small machine."""
+def build_local_spark(
+    lake: Path, app_name: str = "cdc-enrich", ui: bool = False, cores: int | None = None, conf: Mapping[str, str] | None = None
+) -> SparkSession:
+    """A `local[*]` session with Delta's extension and catalog, tuned for a small machine;
+    `conf` overrides `local_spark_conf` at start (static settings such as the catalog too)."""
     builder = SparkSession.builder.appName(app_name).master(f"local[{cores}]" if cores else "local[*]")
-    for key, value in local_spark_conf(lake, ui=ui).items():
+    for key, value in {**local_spark_conf(lake, ui=ui), **(conf or {})}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("CDC_ENRICH_SPARK_LOG_LEVEL", "ERROR"))
@@ -78,7 +85,7 @@ def local_spark_conf(lake: Path, ui: bool = False) -> dict[str, str]:
         # apart): a local Spark driver on two cores is CPU bound by planning, code generation and
         # Delta's log work. The silver test file on two pytest workers: 399 s with these, 456 s with G1.
         "spark.driver.extraJavaOptions": f"-Dderby.system.home={lake} -Duser.timezone=UTC -Dlog4j2.configurationFile={LOG_CONFIG} "
-                                         f"{LOCAL_JVM_OPTIONS}",
+                                         f"{LOCAL_JVM_OPTIONS} {os.environ.get(JVM_OPTIONS_ENV, '')}".rstrip(),
         "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.shuffle.partitions": "4",
