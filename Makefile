@@ -17,9 +17,10 @@ demo: setup
 
 # The whole default suite (every tier; the long randomized runs are `make test-slow`) on two
 # pytest workers (a Spark job on tiny data is mostly single-threaded driver work), with the
-# slowest tests listed so that CI shows where the time goes.
+# slowest tests listed so that CI shows where the time goes; a module marked `xdist_group` runs
+# on one worker (its module fixtures are built once).
 test: setup
-	@$(PY) -m pytest -q -n 2 --durations=25 tests
+	@$(PY) -m pytest -q -n 2 --dist loadgroup --durations=25 tests
 
 test-unit: setup
 	@$(PY) -m pytest -q tests/unit

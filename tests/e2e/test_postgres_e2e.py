@@ -36,7 +36,8 @@ SLOW_TRANSACTIONS = int(os.environ.get("CDC_ENRICH_PG_E2E_SLOW_TRANSACTIONS", "1
 MID_RUN_DRAIN = os.environ.get("CDC_ENRICH_PG_E2E_MID_DRAIN", "0") == "1"
 PLACEHOLDER = "__debezium_unavailable_value"
 
-pytestmark = pytest.mark.kafka
+# one worker runs the module (`make test`: --dist loadgroup), so its PostgreSQL cluster starts once
+pytestmark = [pytest.mark.kafka, pytest.mark.xdist_group("postgres_e2e")]
 
 
 # --------------------------------------------------------------------------- preconditions and fixtures

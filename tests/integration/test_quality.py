@@ -211,6 +211,11 @@ def failures(report: QualityReport) -> set[tuple[str, str, str, str]]:
     return {(o.table, o.expectation_type, o.check, o.severity) for o in report.failed}
 
 
+# one worker runs the module (`make test`: --dist loadgroup): its clean and defect sets (about a
+# minute each) are built once, not once per worker
+pytestmark = pytest.mark.xdist_group("quality")
+
+
 # --------------------------------------------------------------------------- fixtures
 
 
