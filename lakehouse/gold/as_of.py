@@ -388,6 +388,7 @@ def process_as_of(
     app_id: Callable[[str], str] | None = None,
     version: int | None = None,
     gold_may_be_empty: bool = True,
+    change_rows: Mapping[str, int] | None = None,  # noqa: ARG001 - the kinds' shared signature (`runner.process_changes`)
 ) -> dict[str, Any]:
     """Maintain one as-of view for one batch of change rows (per source, flat columns; the
     events' current feed and the joined sources' history feeds): gold, then the index. Every

@@ -76,3 +76,18 @@ def choose_refresh(estimate: RefreshEstimate, keys_are_a_lower_bound: bool = Fal
     if keys_are_a_lower_bound:
         return RefreshDecision("undecided", figures, estimate)
     return RefreshDecision("incremental", f"incremental is cheaper ({figures})", estimate)
+
+
+def counting_keys_may_pick_recompute(key_bound: int | None, gold_rows: int, source_rows: int, parent_rows: int) -> bool:
+    """Whether counting a batch's own base keys (a Spark job) could prove a recompute cheaper,
+    given `key_bound`, a bound from above on them (the batch's change rows; None: unknown): not
+    when even that many keys keep the incremental path cheaper, as on every small batch.
+
+    >>> counting_keys_may_pick_recompute(2, 1_000_000, 1_200_000, 200_000)
+    False
+    >>> counting_keys_may_pick_recompute(500_000, 1_000_000, 1_200_000, 200_000)
+    True
+    """
+    if key_bound is None:
+        return True
+    return choose_refresh(RefreshEstimate(key_bound, gold_rows, source_rows, parent_rows)).path == "recompute"

@@ -17,7 +17,13 @@ from lakehouse.gold.feeds import Feed, feed_fields
 from lakehouse.gold.feeds import change_stream as feeds_change_stream
 from lakehouse.gold.feeds import decode_changes
 from lakehouse.gold.analyst import analyst_view, ensure_analyst_view
-from lakehouse.gold.cost import RefreshDecision, RefreshEstimate, choose_refresh, forced_refresh
+from lakehouse.gold.cost import (
+    RefreshDecision,
+    RefreshEstimate,
+    choose_refresh,
+    counting_keys_may_pick_recompute,
+    forced_refresh,
+)
 from lakehouse.gold.delta import (
     append_tagged,
     num_files,
@@ -168,6 +174,7 @@ class _ViewMaintainer:
             app_id=lambda target: self.app_id(session, target),
             version=batch_id,
             gold_may_be_empty=not self.run_a_batch,
+            change_rows=counts,
         )
         self.run_a_batch = True
         changes = sum(counts.values())
@@ -212,6 +219,7 @@ def process_changes(
     app_id: Callable[[str], str] | None = None,
     version: int | None = None,
     gold_may_be_empty: bool = True,
+    change_rows: Mapping[str, int] | None = None,
 ) -> dict[str, Any]:
     """Maintain one view for one batch of silver change rows (per source, flat columns).
 
@@ -221,9 +229,11 @@ def process_changes(
     left rows that moved to it. `gold_may_be_empty=False` skips the emptiness check (a
     metadata query) that picks the whole-view append over the MERGE: the stream passes it once
     its first batch has run, since the MERGE path is right on any table, only slower to fill one.
+    `change_rows` (rows per source in the batch, which the stream counts anyway) bounds each
+    source's changed keys from above, so a small batch skips counting them for the cost model.
     """
     written, sub_seconds = _maintain_subscriptions(session, pipeline, plan, changes, app_id, version, gold_may_be_empty)
-    stats = _refresh_gold(session, pipeline, plan, changes, app_id, version, gold_may_be_empty)
+    stats = _refresh_gold(session, pipeline, plan, changes, app_id, version, gold_may_be_empty, change_rows)
     stats["subscriptions_written"] = written
     stats["phases"]["subscriptions"] = sub_seconds
     return stats
@@ -270,6 +280,7 @@ def _refresh_gold(
     app_id: Callable[[str], str] | None,
     version: int | None,
     gold_may_be_empty: bool,
+    change_rows: Mapping[str, int] | None = None,
 ) -> dict[str, Any]:
     """Bring gold up to date with one batch: by the affected keys, or by a recompute diffed
     against gold when the cost model (`lakehouse.gold.cost`) finds that cheaper."""
@@ -288,7 +299,8 @@ def _refresh_gold(
         return _by_recompute(session, pipeline, plan, target, txn, version, forced, stats, clock)
     sizes = _sizes(session, pipeline, plan, target) if forced is None else None
     base = plan.base.source
-    if sizes is not None and base.name in changes:  # the batch's own base changes: a lower bound on the keys
+    if sizes is not None and base.name in changes and counting_keys_may_pick_recompute((change_rows or {}).get(base.name), *sizes):
+        # the batch's own base changes: a lower bound on the keys
         changed_base = changes[base.name].select(*base.primary_key).distinct().count()
         early = choose_refresh(RefreshEstimate(changed_base, *sizes), keys_are_a_lower_bound=True)
         if early.path == "recompute":

@@ -97,6 +97,15 @@ def test_the_cost_model_picks_the_cheaper_path_and_says_why():
         forced_refresh("sometimes")
 
 
+def test_a_batch_too_small_to_prove_a_recompute_does_not_count_its_keys():
+    from lakehouse.gold.cost import counting_keys_may_pick_recompute
+
+    sizes = (1_000_000, 1_210_000, 210_000)  # gold, source and parent rows
+    assert not counting_keys_may_pick_recompute(12, *sizes)  # even 12 keys keep the incremental path cheaper
+    assert counting_keys_may_pick_recompute(300_000, *sizes)  # so many rows may be so many keys: count them
+    assert counting_keys_may_pick_recompute(None, *sizes)  # no bound known (a direct call): count
+
+
 def test_the_analyst_view_shows_the_declared_columns_and_freshness_never_lineage(shop_pipeline: Pipeline):
     sql = analyst_view_sql(shop_pipeline, view_plan(shop_pipeline, "orders_enriched"))
     assert sql.startswith("CREATE OR REPLACE VIEW shop_gold_analyst.orders_enriched (`order_id` COMMENT 'orders.id (orders.id)'".replace(" (orders.id)", ""))
