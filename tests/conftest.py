@@ -21,9 +21,10 @@ def lake(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 # Every Spark JVM the suite starts (the session below, the job processes of the e2e tests, the
 # local Spark Connect server) compiles with the JIT's first tier only: a test's JVM runs minutes
-# of planning code over a few rows, where C2 compiler threads took about a third of each pytest
-# worker JVM's CPU on a machine the suite keeps busy. Eight silver and gold specs on two
-# workers, run alternately: 263 s and 260 s with C2, 174 s and 208 s without.
+# of planning code over a few rows, where C2 compiler threads took 30 % of a pytest worker
+# JVM's CPU (91 s of 304 s, eleven minutes into a run) on a machine the suite keeps busy.
+# Eight silver and gold specs on two workers, run alternately: 263 s and 260 s with C2, 174 s
+# and 208 s without.
 os.environ.setdefault("CDC_ENRICH_JVM_OPTIONS", "-XX:TieredStopAtLevel=1")
 
 # The in-process tests' frames hold a handful of rows, where Spark's code generation (per task:
@@ -32,8 +33,10 @@ os.environ.setdefault("CDC_ENRICH_JVM_OPTIONS", "-XX:TieredStopAtLevel=1")
 # suites run; results are the same by Spark's contract. Measured on nine silver specs on two
 # workers, run alternately: 288 s and 285 s with code generation, 242 s and 244 s without.
 # Their tables live in an in-memory catalog (the session is the only reader of its lake's
-# tables by name; a job process the e2e tests start keeps its own lake and Derby metastore).
-# The job processes that the e2e and Connect tests start run the production settings.
+# tables by name; a job process the e2e tests start keeps its own lake and Derby metastore):
+# the same eight specs, alternately, 232 s and 232 s against 263 s and 260 s with Derby's.
+# The job processes that the e2e and Connect tests start run the production settings (but for
+# the JIT tier above).
 IN_PROCESS_SPARK_CONF = {
     "spark.sql.catalogImplementation": "in-memory",
     "spark.sql.shuffle.partitions": "2",

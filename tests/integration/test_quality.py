@@ -211,8 +211,8 @@ def failures(report: QualityReport) -> set[tuple[str, str, str, str]]:
     return {(o.table, o.expectation_type, o.check, o.severity) for o in report.failed}
 
 
-# one worker runs the module (`make test`: --dist loadgroup): its clean and defect sets (about a
-# minute each) are built once, not once per worker
+# one worker runs the module (`make test`: --dist loadgroup): its clean and defect sets (40-60 s
+# each) are built once, not once per worker
 pytestmark = pytest.mark.xdist_group("quality")
 
 
