@@ -34,7 +34,7 @@ os.environ.setdefault("CDC_ENRICH_JVM_OPTIONS", "-XX:TieredStopAtLevel=1")
 # workers, run alternately: 288 s and 285 s with code generation, 242 s and 244 s without.
 # Their tables live in an in-memory catalog (the session is the only reader of its lake's
 # tables by name; a job process the e2e tests start keeps its own lake and Derby metastore):
-# the same eight specs, alternately, 232 s and 232 s against 263 s and 260 s with Derby's.
+# the eight specs above, alternately, 232 s and 232 s against 263 s and 260 s with Derby's.
 # The job processes that the e2e and Connect tests start run the production settings (but for
 # the JIT tier above).
 IN_PROCESS_SPARK_CONF = {
