@@ -299,8 +299,9 @@ def _refresh_gold(
         return _by_recompute(session, pipeline, plan, target, txn, version, forced, stats, clock)
     sizes = _sizes(session, pipeline, plan, target) if forced is None else None
     base = plan.base.source
-    if sizes is not None and base.name in changes and counting_keys_may_pick_recompute((change_rows or {}).get(base.name), *sizes):
-        # the batch's own base changes: a lower bound on the keys
+    rows_bound = (change_rows or {}).get(base.name)  # the batch's base change rows: a bound from above on its keys
+    if sizes is not None and base.name in changes and counting_keys_may_pick_recompute(rows_bound, *sizes):
+        # the batch's own base keys: a lower bound on the affected keys
         changed_base = changes[base.name].select(*base.primary_key).distinct().count()
         early = choose_refresh(RefreshEstimate(changed_base, *sizes), keys_are_a_lower_bound=True)
         if early.path == "recompute":
