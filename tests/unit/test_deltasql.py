@@ -10,12 +10,14 @@ import pytest
 from pyspark.sql.types import ArrayType, LongType, MapType, StringType, StructField, StructType
 
 from lakehouse.deltasql import (
+    REWRITE_BELOW_BYTES,
     column_ddl,
     create_table_sql,
     matched_delete,
     matched_update,
     merge_sql,
     not_matched_insert,
+    rewrites_touched_files,
     source_values,
     sql_literal,
     type_ddl,
@@ -92,3 +94,10 @@ def test_key_ranges_and_bounds_are_literal_predicates_delta_can_skip_files_with(
 def test_the_replacement_rule_is_one_text_for_the_merge_and_the_plan() -> None:
     text = replaces_current("s.q", "s.h", "s.d", "t.q", "t.h", "t.d")
     assert text == "((s.q > t.q OR (s.q = t.q AND NOT (s.h <=> t.h))) AND NOT (s.d AND t.d))"
+
+
+def test_a_small_table_is_rewritten_by_a_merge_and_a_large_one_gets_deletion_vectors() -> None:
+    assert rewrites_touched_files(0)
+    assert rewrites_touched_files(REWRITE_BELOW_BYTES)
+    assert not rewrites_touched_files(REWRITE_BELOW_BYTES + 1)
+    assert not rewrites_touched_files(None)  # size unknown: Delta's default for the table
