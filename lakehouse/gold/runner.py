@@ -33,6 +33,7 @@ from lakehouse.gold.delta import (
     live_rows,
     merge_into_gold,
     merge_subscriptions,
+    recent_table_rows,
     table_rows,
 )
 from lakehouse.gold.frames import (
@@ -354,9 +355,10 @@ def _keys_merge_source(
 
 
 def _sizes(session: SparkSession, pipeline: Pipeline, plan: ViewPlan, target: str) -> tuple[int, int, int]:
-    """(gold rows, source rows, parent rows) for the cost model, from the tables' statistics."""
+    """(gold rows, source rows, parent rows) for the cost model, from the tables' statistics
+    (counts this application read within the last minute are reused: `recent_table_rows`)."""
     names = [silver_current_table(pipeline, s) for s in plan.sources]
-    counts = table_rows(session, [target] + names)
+    counts = recent_table_rows(session, [target] + names)
     rows = dict(zip([s.name for s in plan.sources], counts[1:]))
     parents = sum(n for name, n in rows.items() if name != plan.base.source.name)
     return counts[0], sum(rows.values()), parents
