@@ -39,7 +39,7 @@ from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 from lakehouse.declaration import Pipeline, Source, View
 from lakehouse.deltasql import create_table, matched_delete, matched_update, merge, not_matched_insert, source_values
 from lakehouse.gold import expression_join
-from lakehouse.gold.delta import append_tagged, ensure_gold_table, merge_into_gold, num_files, table_rows
+from lakehouse.gold.delta import append_tagged, ensure_gold_table, insert_new_rows, merge_into_gold, num_files, table_rows
 from lakehouse.gold.clock import PhaseClock
 from lakehouse.gold.feeds import FROM_FEED_START, Feed, feed_fields
 from lakehouse.gold.frames import alias_frame, gold_merge_source, union_all, view_rows
@@ -427,13 +427,17 @@ def process_as_of(
     chain = lookup_chain(plan, current.where(~F.col("_deleted")), history_reader(session, pipeline), checkpoint_hops=True)
     chain = chain.localCheckpoint(eager=True)
     if not spans and _only_new_events(changes[base.name]):
-        # Events new to silver are new to gold and to the index too: appends, no MERGE to find them.
+        # Events new to silver: inserts into gold and the index, nothing to update or delete;
+        # skipping the ones a first build already wrote (`insert_new_rows`).
         rows = as_of_rows(plan, chain).localCheckpoint(eager=True)
         clock.lap("recompute")
-        stats.update(path="incremental", reason=f"{count} new event(s): appended")
-        stats["inserted"] = append_tagged(rows, target, tag(target), version)
+        stats.update(path="incremental", reason=f"{count} new event(s): inserted")
+        stats["inserted"] = insert_new_rows(rows, target, plan.key_columns, ranges, tag(target), version)
         clock.lap("merge")
-        stats["subscriptions_written"] = append_tagged(index_entries(plan, chain), index, tag(index), version)
+        entries = index_entries(plan, chain)
+        stats["subscriptions_written"] = insert_new_rows(
+            entries, index, [*base.primary_key, ALIAS], ranges, tag(index), version
+        )
         clock.lap("index")
         return stats
     source = gold_merge_source(plan, keys, as_of_rows(plan, chain), current).localCheckpoint(eager=True)

@@ -168,6 +168,25 @@ def append_tagged(rows: DataFrame, table: str, app_id: str | None = None, versio
     return 0 if last["version"] == before else int(last["operationMetrics"].get("numOutputRows", 0))
 
 
+def insert_new_rows(
+    rows: DataFrame,
+    table: str,
+    key: Sequence[str],
+    key_ranges: Sequence[KeyRange] | None = None,
+    app_id: str | None = None,
+    version: int | None = None,
+) -> int:
+    """Insert the `rows` whose `key` `table` does not hold yet; the rows inserted.
+
+    What an append of rows new to the source writes, except a row the table already holds:
+    a view's first build reads silver as it is then, possibly past the end of its batch in the
+    change feed, so a later batch can carry events the build wrote. An insert-only MERGE (Delta
+    reads only the target files `key_ranges` may hold, then appends).
+    """
+    with delta_txn(rows.sparkSession, app_id, version):
+        return merge(rows, table, _target_matches(key, key_ranges), [not_matched_insert(source_values(rows.columns))])["inserted"]
+
+
 def merge_into_gold(
     session: SparkSession,
     table: str,
