@@ -12,6 +12,7 @@ from typing import Any, Sequence
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from lakehouse.declaration import Pipeline, Source
 from lakehouse.deltasql import matched_delete, matched_update, merge, not_matched_insert, source_values
@@ -305,7 +306,9 @@ def apply_changes(
     c = plan.groupBy().agg(
         F.count(F.when((target == "history") & (action != "delete"), 1)).alias("history_written"),
         F.count(F.when((target == "history") & (action == "delete"), 1)).alias("history_removed"),
+        F.count(F.when((target == "history") & (action == "update"), 1)).alias("history_updated"),
         F.count(F.when(target == "current", 1)).alias("current_upserted"),
+        F.count(F.when((target == "current") & (action == "update"), 1)).alias("current_updated"),
         F.count(F.when(target == "toast", 1)).alias("toast"),
         F.count(F.when((target == "change") & F.col("_duplicate"), 1)).alias("duplicates"),
         F.count(F.when((target == "change") & F.col("_out_of_order"), 1)).alias("out_of_order"),
@@ -325,13 +328,21 @@ def apply_changes(
         _append(toast_rows, toast_table(pipeline, source), f"{app_id}:toast", batch_id)
         state.has_toast = True
     if stats.history_written or stats.history_removed:
-        with delta_txn(spark, f"{app_id}:history", batch_id):
-            _merge_history(spark, history_name, plan.filter(target == "history"), source, bounds)
-        clock.lap("merge history")
+        history_rows = plan.filter(target == "history")
+        if only_inserts(stats.history_written + stats.history_removed, c["history_updated"] + stats.history_removed):
+            _append_new_rows(history_rows, history_name, silver_history_schema(source), "_recorded_at", f"{app_id}:history", batch_id)
+        else:
+            with delta_txn(spark, f"{app_id}:history", batch_id):
+                _merge_history(spark, history_name, history_rows, source, bounds)
+        clock.lap("write history")
     if stats.current_upserted:
-        with delta_txn(spark, f"{app_id}:current", batch_id):
-            _merge_current(spark, current_name, plan.filter(target == "current"), source, bounds)
-        clock.lap("merge current")
+        current_rows = plan.filter(target == "current")
+        if only_inserts(stats.current_upserted, c["current_updated"]):
+            _append_new_rows(current_rows, current_name, silver_current_schema(source), "_updated_at", f"{app_id}:current", batch_id)
+        else:
+            with delta_txn(spark, f"{app_id}:current", batch_id):
+                _merge_current(spark, current_name, current_rows, source, bounds)
+        clock.lap("write current")
     if stats.late:
         _append(late_records(plan.filter(target == "change"), source), late_changes_table(pipeline), f"{app_id}:late", batch_id)
     clock.done()
@@ -388,6 +399,25 @@ def _record_truncates(
         "recorded_at", write_time()
     )
     _append(df, truncates_table(pipeline), f"{app_id}:truncates", batch_id)
+
+
+def only_inserts(rows: int, others: int) -> bool:
+    """Whether a planned write of `rows` rows, `others` of them updates or deletes, is all
+    inserts: then an append writes what the MERGE would. The plan calls a row an insert only
+    when its key (history: key and sequence) is in none of the stored rows it read, and this
+    stream is the tables' only writer, so the rows are new; the change feed's rows are the
+    same `insert`s. An append reads nothing of the table (the MERGE joins the batch against
+    it to find the files to rewrite) and is skipped on replay by the same txn tag.
+
+    >>> only_inserts(3, 0), only_inserts(3, 1), only_inserts(0, 0)
+    (True, False, False)
+    """
+    return rows > 0 and others == 0
+
+
+def _append_new_rows(plan: DataFrame, table: str, schema: StructType, stamp: str, app_id: str, version: int) -> None:
+    """Append a plan's rows (all inserts: `only_inserts`) in the table's columns, stamped now."""
+    _append(plan.withColumn(stamp, write_time()).select(*[f.name for f in schema.fields]), table, app_id, version)
 
 
 def _merge_history(spark: SparkSession, name: str, plan: DataFrame, source: Source, bounds: dict[str, tuple[Any, Any]]) -> None:
