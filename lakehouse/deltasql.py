@@ -139,19 +139,23 @@ def table_bytes(spark: SparkSession, name: str) -> int | None:
 
 @contextmanager
 def session_setting(spark: SparkSession, key: str, value: str | None) -> Iterator[None]:
-    """`key` set to `value` for the statements inside (nothing changes when `value` is None),
-    then as it was before."""
-    if value is None:
-        yield
-        return
-    before = spark.conf.get(key, None)
-    spark.conf.set(key, value)
+    """`key` set to `value` for the statements inside, then as it was before; nothing changes
+    when `value` is None or the session refuses the setting (Databricks serverless accepts only
+    a listed few): for hints that make a statement cheaper, never change what it does."""
+    applied, before = False, None
+    if value is not None:
+        try:
+            before = spark.conf.get(key, None)
+            spark.conf.set(key, value)
+            applied = True
+        except Exception:  # noqa: BLE001 - a refused hint: run the statement as the session would
+            pass
     try:
         yield
     finally:
-        if before is None:
+        if applied and before is None:
             spark.conf.unset(key)
-        else:
+        elif applied:
             spark.conf.set(key, before)
 
 
@@ -161,10 +165,10 @@ def merge(source: DataFrame, target: str, on: str, clauses: Sequence[When]) -> d
     skipped it: its txn appId/version, `tables.delta_txn`, was applied already). A small target
     has its touched files rewritten instead of marked in deletion vectors (`rewrites_touched_files`)."""
     spark = source.sparkSession
-    statement = sql_with_frames(spark, lambda names: merge_sql(target, on, clauses, names["s"]), {"s": source})
     rewrite = rewrites_touched_files(table_bytes(spark, target))
     with session_setting(spark, PERSISTENT_DELETION_VECTORS, "false" if rewrite else None):
-        rows = statement.collect()
+        # `spark.sql` runs a command when it is called (the setting must be in place by then)
+        rows = sql_with_frames(spark, lambda names: merge_sql(target, on, clauses, names["s"]), {"s": source}).collect()
     row = rows[0].asDict() if rows else {}
     return {
         "inserted": int(row.get("num_inserted_rows") or 0),
