@@ -32,6 +32,7 @@ from pyspark.sql.types import (
 )
 
 from lakehouse.declaration import Pipeline, Source
+from lakehouse.deltasql import session_setting
 
 SEQUENCE_TYPE = DecimalType(38, 0)
 
@@ -232,11 +233,10 @@ def delta_txn(spark: SparkSession, app_id: str | None, version: int | None) -> I
     if tagged:
         spark.conf.set(TXN_APP_ID, str(app_id))
         spark.conf.set(TXN_VERSION, str(version))
-    spark.conf.set(MERGE_MATERIALIZE_SOURCE, "none")
     try:
-        yield
+        with session_setting(spark, MERGE_MATERIALIZE_SOURCE, "none"):
+            yield
     finally:
-        spark.conf.unset(MERGE_MATERIALIZE_SOURCE)
         if tagged:
             spark.conf.unset(TXN_APP_ID)
             spark.conf.unset(TXN_VERSION)

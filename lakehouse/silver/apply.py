@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from decimal import Decimal
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -306,9 +306,9 @@ def apply_changes(
     c = plan.groupBy().agg(
         F.count(F.when((target == "history") & (action != "delete"), 1)).alias("history_written"),
         F.count(F.when((target == "history") & (action == "delete"), 1)).alias("history_removed"),
-        F.count(F.when((target == "history") & (action == "update"), 1)).alias("history_updated"),
+        F.count(F.when((target == "history") & (action != "insert"), 1)).alias("history_rewrites"),
         F.count(F.when(target == "current", 1)).alias("current_upserted"),
-        F.count(F.when((target == "current") & (action == "update"), 1)).alias("current_updated"),
+        F.count(F.when((target == "current") & (action != "insert"), 1)).alias("current_rewrites"),
         F.count(F.when(target == "toast", 1)).alias("toast"),
         F.count(F.when((target == "change") & F.col("_duplicate"), 1)).alias("duplicates"),
         F.count(F.when((target == "change") & F.col("_out_of_order"), 1)).alias("out_of_order"),
@@ -328,20 +328,14 @@ def apply_changes(
         _append(toast_rows, toast_table(pipeline, source), f"{app_id}:toast", batch_id)
         state.has_toast = True
     if stats.history_written or stats.history_removed:
-        history_rows = plan.filter(target == "history")
-        if only_inserts(stats.history_written + stats.history_removed, c["history_updated"] + stats.history_removed):
-            _append_new_rows(history_rows, history_name, silver_history_schema(source), "_recorded_at", f"{app_id}:history", batch_id)
-        else:
-            with delta_txn(spark, f"{app_id}:history", batch_id):
-                _merge_history(spark, history_name, history_rows, source, bounds)
+        _write_planned(plan.filter(target == "history"), history_name, silver_history_schema(source), "_recorded_at",
+                       f"{app_id}:history", batch_id, c["history_rewrites"] == 0,
+                       lambda rows: _merge_history(spark, history_name, rows, source, bounds))
         clock.lap("write history")
     if stats.current_upserted:
-        current_rows = plan.filter(target == "current")
-        if only_inserts(stats.current_upserted, c["current_updated"]):
-            _append_new_rows(current_rows, current_name, silver_current_schema(source), "_updated_at", f"{app_id}:current", batch_id)
-        else:
-            with delta_txn(spark, f"{app_id}:current", batch_id):
-                _merge_current(spark, current_name, current_rows, source, bounds)
+        _write_planned(plan.filter(target == "current"), current_name, silver_current_schema(source), "_updated_at",
+                       f"{app_id}:current", batch_id, c["current_rewrites"] == 0,
+                       lambda rows: _merge_current(spark, current_name, rows, source, bounds))
         clock.lap("write current")
     if stats.late:
         _append(late_records(plan.filter(target == "change"), source), late_changes_table(pipeline), f"{app_id}:late", batch_id)
@@ -401,23 +395,23 @@ def _record_truncates(
     _append(df, truncates_table(pipeline), f"{app_id}:truncates", batch_id)
 
 
-def only_inserts(rows: int, others: int) -> bool:
-    """Whether a planned write of `rows` rows, `others` of them updates or deletes, is all
-    inserts: then an append writes what the MERGE would. The plan calls a row an insert only
-    when its key (history: key and sequence) is in none of the stored rows it read, and this
-    stream is the tables' only writer, so the rows are new; the change feed's rows are the
-    same `insert`s. An append reads nothing of the table (the MERGE joins the batch against
-    it to find the files to rewrite) and is skipped on replay by the same txn tag.
+def _write_planned(
+    rows: DataFrame, table: str, schema: StructType, stamp: str, app_id: str, version: int,
+    all_inserts: bool, merge_rows: Callable[[DataFrame], None],
+) -> None:
+    """Write a table's planned rows under the txn tag (`app_id`, `version`): appended, in the
+    table's columns and stamped now, when they are `all_inserts`; else by `merge_rows`.
 
-    >>> only_inserts(3, 0), only_inserts(3, 1), only_inserts(0, 0)
-    (True, False, False)
+    The plan calls a row an insert only when its key (history: key and sequence) is in none of
+    the stored rows it read, and the stream is the tables' only writer, so an append writes what
+    the MERGE would, with the same `insert` rows in the change feed, without joining the batch
+    against the table; a replay skips it by the same tag.
     """
-    return rows > 0 and others == 0
-
-
-def _append_new_rows(plan: DataFrame, table: str, schema: StructType, stamp: str, app_id: str, version: int) -> None:
-    """Append a plan's rows (all inserts: `only_inserts`) in the table's columns, stamped now."""
-    _append(plan.withColumn(stamp, write_time()).select(*[f.name for f in schema.fields]), table, app_id, version)
+    if all_inserts:
+        _append(rows.withColumn(stamp, write_time()).select(*[f.name for f in schema.fields]), table, app_id, version)
+        return
+    with delta_txn(rows.sparkSession, app_id, version):
+        merge_rows(rows)
 
 
 def _merge_history(spark: SparkSession, name: str, plan: DataFrame, source: Source, bounds: dict[str, tuple[Any, Any]]) -> None:
