@@ -307,7 +307,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
             rates = tuple(float(r) for r in args.rates.split(",")) if args.rates else RATES
             results[name] = bench_freshness(spark, pipeline, lake, _bootstrap(args, pipeline), rates,
                                             duration_s=args.duration, drain_s=args.drain, postgres_stack=lake_root(args.lake) if args.with_postgres else None,
-                                            progress=_say)
+                                            progress=_say,
+                                            schedules=tuple(x.strip() for x in args.schedules.split(",") if x.strip()) if args.schedules else None)
             _say(freshness_table(results[name]))
         elif name == "ingest":
             from testkit.bench.ingest import bench_ingest
@@ -500,6 +501,8 @@ def build_parser() -> argparse.ArgumentParser:
                                        "as_of: new_events, late_versions (default both)")
     p.add_argument("--out", help="also write the result as JSON to this file (for testkit.bench.plot)")
     p.add_argument("--rates", help="freshness: comma list of records per second (default 100,500,2000)")
+    p.add_argument("--schedules", help="freshness: comma list of continuous schedules, each run at every rate "
+                   "(concurrent, chained; default: the pipeline's options.continuous)")
     p.add_argument("--duration", type=float, default=180, help="freshness: seconds of changes sent at each rate (default 180)")
     p.add_argument("--drain", type=float, default=120, help="freshness: seconds the run goes on after the last send (default 120)")
     p.add_argument("--with-postgres", action="store_true",

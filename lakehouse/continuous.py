@@ -8,6 +8,15 @@ so a continuous run and scheduled drains can take turns on the same lake. What i
 lifecycle: a failed query is started again (`CONTINUOUS_POLICY`: any failure but the project's
 own errors, with backoff), and a stop request (SIGTERM, Ctrl-C, `stop.set()`) stops every query
 between micro-batches, so nothing is lost and nothing is written twice.
+
+Two schedules (`options.continuous`):
+- `concurrent`: every query runs at once, each on its interval. The stages overlap, but on a
+  small machine each batch waits for every other query's, and a change waits for a batch of
+  each stage in turn: its latency is several batch times of the busiest stage.
+- `chained`: cycles of drains in flow order (every bronze query drains what Kafka holds, then
+  every silver query, then every gold query), a cycle starting at most every bronze interval.
+  A change that arrives during a cycle reaches gold at the end of the next one: its latency is
+  one to two cycles, and a cycle costs what the concurrent queries' batches cost together.
 """
 
 from __future__ import annotations
@@ -16,13 +25,13 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from pyspark.sql import SparkSession
 
 from lakehouse.declaration import Pipeline
-from lakehouse.metrics import recording_metrics
-from lakehouse.streaming import CONTINUOUS_POLICY, PROCESSING_TIME, RestartPolicy, run_streams
+from lakehouse.metrics import MetricsRecorder, recording_metrics
+from lakehouse.streaming import AVAILABLE_NOW, CONTINUOUS_POLICY, PROCESSING_TIME, RestartPolicy, Say, Stream, StreamSpec, run_streams
 
 
 @dataclass
@@ -34,9 +43,16 @@ class ContinuousReport:
     gold: Any
     seconds: float = 0.0
     restarts: dict[str, int] = field(default_factory=dict)  # query name -> restarts (only those with any)
+    schedule: str = "concurrent"
+    cycles: int = 0  # chained: cycles begun
+
+    def count_restarts(self, streams: Sequence[Stream]) -> None:
+        for stream in streams:
+            if stream.total_restarts:
+                self.restarts[stream.spec.query_name] = self.restarts.get(stream.spec.query_name, 0) + stream.total_restarts
 
     def render(self) -> str:
-        lines = [f"continuous run: {self.seconds:.1f}s"]
+        lines = [f"continuous run ({self.schedule}{f', {self.cycles} cycle(s)' if self.schedule == 'chained' else ''}): {self.seconds:.1f}s"]
         lines += [self.bronze.render(), self.silver.render(), self.gold.render()]
         if self.restarts:
             lines.append("restarts: " + ", ".join(f"{name} {n}" for name, n in sorted(self.restarts.items())))
@@ -55,8 +71,9 @@ def run_continuous(
     policy: RestartPolicy = CONTINUOUS_POLICY,
     parser: str = "hybrid",
 ) -> ContinuousReport:
-    """Run every stage's queries together until `stop` is set or `timeout_s` passes (None: until
-    stopped), then stop them between batches and return what they did.
+    """Run every stage's queries, on the pipeline's schedule (`options.continuous`), until `stop`
+    is set or `timeout_s` passes (None: until stopped), then stop them between batches and
+    return what they did.
 
     Queries start in flow order (bronze, silver, gold), each creating its tables just before it
     starts, so a fresh lake works: silver's queries find bronze's tables, gold's find silver's.
@@ -72,22 +89,74 @@ def run_continuous(
     )
     silver_specs, silver_report = silver_streams(spark, pipeline, lake, progress=progress)
     gold_specs, gold_report = gold_streams(spark, pipeline, lake, progress=progress, wait_for_silver=True)
-    report = ContinuousReport(bronze_report, silver_report, gold_report)
+    options = pipeline.options
+    report = ContinuousReport(bronze_report, silver_report, gold_report, schedule=options.continuous)
+    how = (
+        f"chained cycles (drains in flow order, at most one cycle every {options.interval('bronze')})"
+        if options.continuous == "chained" else
+        f"intervals bronze {options.interval('bronze')}, silver {options.interval('silver')}, gold {options.interval('gold')}"
+    )
     say(
         f"continuous {pipeline.name}: {len(bronze_specs)} bronze, {len(silver_specs)} silver, {len(gold_specs)} gold "
-        f"queries; intervals bronze {pipeline.options.interval('bronze')}, silver {pipeline.options.interval('silver')}, "
-        f"gold {pipeline.options.interval('gold')}; "
+        f"queries; {how}; "
         + (f"stopping after {timeout_s:.0f}s" if timeout_s is not None else "until stopped (SIGTERM or Ctrl-C)")
     )
     started = time.monotonic()
     try:
         with recording_metrics(spark, pipeline) as metrics:
-            streams = run_streams(
-                [*bronze_specs, *silver_specs, *gold_specs], PROCESSING_TIME, pipeline.options.processing_time,
-                timeout_s=timeout_s, say=say, policy=policy, stop=stop, metrics=metrics,
-            )
+            if options.continuous == "chained":
+                run_cycles(
+                    [bronze_specs, silver_specs, gold_specs], options.interval_seconds("bronze"), options.processing_time,
+                    report, timeout_s=timeout_s, say=say, policy=policy, stop=stop, metrics=metrics,
+                )
+            else:
+                report.count_restarts(run_streams(
+                    [*bronze_specs, *silver_specs, *gold_specs], PROCESSING_TIME, options.processing_time,
+                    timeout_s=timeout_s, say=say, policy=policy, stop=stop, metrics=metrics,
+                ))
     finally:
         report.seconds = bronze_report.seconds = time.monotonic() - started
-    report.restarts = {s.spec.query_name: s.total_restarts for s in streams if s.total_restarts}
     say(f"continuous {pipeline.name}: stopped cleanly after {report.seconds:.1f}s")
     return report
+
+
+def run_cycles(
+    stages: list[list[StreamSpec]],
+    period_s: float,
+    processing_time: str,
+    report: ContinuousReport,
+    *,
+    timeout_s: float | None,
+    say: Say,
+    policy: RestartPolicy,
+    stop: threading.Event | None,
+    metrics: MetricsRecorder,
+) -> None:
+    """The chained schedule: each stage's queries drain together (available_now), stage after
+    stage, cycle after cycle, a cycle starting at most every `period_s`, until `stop` is set or
+    `timeout_s` passes (which sets `stop`). A stop during a drain stops its queries between
+    micro-batches; the next run resumes from the checkpoints. Cycles and restarts go to `report`."""
+    stop = stop if stop is not None else threading.Event()
+    timer: threading.Timer | None = None
+    if timeout_s is not None:
+        timer = threading.Timer(timeout_s, stop.set)  # a drain in progress is cut between batches too
+        timer.daemon = True
+        timer.start()
+    try:
+        while not stop.is_set():
+            began = time.monotonic()
+            report.cycles += 1
+            drains = []
+            for specs in stages:
+                if stop.is_set() or not specs:
+                    continue
+                drain_began = time.monotonic()
+                report.count_restarts(
+                    run_streams(specs, AVAILABLE_NOW, processing_time, say=say, policy=policy, stop=stop, metrics=metrics)
+                )
+                drains.append(f"{specs[0].name.split()[0]} {time.monotonic() - drain_began:.1f}s")
+            say(f"continuous cycle {report.cycles}: {', '.join(drains)}")
+            stop.wait(max(0.0, period_s - (time.monotonic() - began)))
+    finally:
+        if timer is not None:
+            timer.cancel()

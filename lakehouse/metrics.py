@@ -175,6 +175,11 @@ class MetricsRecorder:
         with self._lock:
             self._watched.append(streams)
 
+    def forget(self, streams: Sequence[Any]) -> None:
+        """Stop reading `streams` (stopped, their batches collected)."""
+        with self._lock:
+            self._watched = [watched for watched in self._watched if watched is not streams]
+
     def collect(self) -> int:
         """Take the batches not seen yet from every watched query; how many."""
         from lakehouse.streaming import collect_outcomes

@@ -316,7 +316,8 @@ def run_streams(
 
     available_now: returns when every query has drained what its source held at start.
     processing_time: runs until `timeout_s`, or until `stop` is set (a signal handler sets it),
-    then stops every query between batches (`stop_gracefully`); each spec may carry its own
+    then stops every query between batches (`stop_gracefully`; so does available_now when `stop`
+    is set before the queries have drained); each spec may carry its own
     interval. A query that fails and that `policy` does not restart stops every other and
     raises its StreamError; KeyboardInterrupt stops them all and propagates. `say` gets the
     restart lines. `metrics` (a `lakehouse.metrics.MetricsRecorder`) watches the streams and
@@ -336,6 +337,7 @@ def run_streams(
             log.warning("could not read back the batch outcomes of %d stream(s)", len(streams), exc_info=True)
         if metrics is not None:
             metrics.collect()
+            metrics.forget(streams)  # stopped: a run of many drains (a chained continuous run) reads only the live ones
 
 
 def collect_outcomes(streams: Sequence[Stream]) -> int:
@@ -363,8 +365,8 @@ def _run_streams(
     except BaseException:
         _stop_after_failure(streams)
         raise
-    if trigger == AVAILABLE_NOW:
-        stop_streams(streams)
+    if trigger == AVAILABLE_NOW and not (stop is not None and stop.is_set()):
+        stop_streams(streams)  # drained: each query has ended
     else:
         stop_gracefully(streams, say=say or _quiet)
     return streams

@@ -16,6 +16,7 @@ from lakehouse.declaration.model import (  # noqa: F401
     EXPRESSION_JOIN_TYPES,
     WINDOW_JOIN_TYPES,
     TRIGGERS,
+    CONTINUOUS_SCHEDULES,
     REFRESH_MODES,
     STARTING_OFFSETS,
     RULE_KINDS,

@@ -25,6 +25,7 @@ from lakehouse.declaration.model import (
     STARTING_OFFSETS,
     TRIGGERS,
     REFRESH_MODES,
+    CONTINUOUS_SCHEDULES,
     STREAM_STAGES,
     RULE_KINDS,
     ROW_RULE_KINDS,
@@ -195,7 +196,8 @@ def _options(raw: Any, problems: Problems) -> Options:
     values = _mapping(raw, path, problems, required=False)
     _unknown_keys(
         values,
-        ("history_retention_days", "late_grace_days", "trigger", "processing_time", "gold_refresh", "intervals", "time_travel_days"),
+        ("history_retention_days", "late_grace_days", "trigger", "processing_time", "gold_refresh", "intervals", "continuous",
+         "time_travel_days"),
         path, problems,
     )
     processing_time = _interval(values.get("processing_time", "10 seconds"), _join(path, "processing_time"), problems)
@@ -212,6 +214,7 @@ def _options(raw: Any, problems: Problems) -> Options:
         processing_time=processing_time,
         gold_refresh=_choice(values, "gold_refresh", REFRESH_MODES, "auto", path, problems),
         intervals=intervals,
+        continuous=_choice(values, "continuous", CONTINUOUS_SCHEDULES, "concurrent", path, problems),
         # Delta refuses VACUUM below 7 days (a stream or reader may still need the files)
         time_travel_days=_int(values, "time_travel_days", 7, path, problems, minimum=7),
     )

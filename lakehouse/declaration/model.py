@@ -325,6 +325,9 @@ class TableNames:
 REFRESH_MODES = ("auto", "incremental", "recompute")
 #: The stages whose queries take a processing-time interval of their own (`options.intervals`).
 STREAM_STAGES = ("bronze", "silver", "gold")
+#: How a continuous run schedules its stages (`options.continuous`; `lakehouse.continuous`):
+#: `concurrent`, every query at once on its own interval; `chained`, cycles of drains in flow order.
+CONTINUOUS_SCHEDULES = ("concurrent", "chained")
 
 
 @dataclass(frozen=True)
@@ -335,11 +338,21 @@ class Options:
     processing_time: str = "10 seconds"
     gold_refresh: str = "auto"  # auto (a cost model picks per batch) | incremental | recompute
     intervals: Mapping[str, str] = field(default_factory=dict)  # stage -> its own processing_time
+    continuous: str = "concurrent"  # how `run --continuous` schedules the stages: concurrent | chained
     time_travel_days: int = 7  # how far Delta's own time travel reaches (VACUUM retention; lakehouse.upkeep)
 
     def interval(self, stage: str) -> str:
         """A stage's processing-time interval: its own under `options.intervals`, else `processing_time`."""
         return self.intervals.get(stage, self.processing_time)
+
+    def interval_seconds(self, stage: str) -> float:
+        """`interval(stage)` in seconds (the loader admits only `<n> second(s)|minute(s)`).
+
+        >>> Options(intervals={"bronze": "2 minutes"}).interval_seconds("bronze")
+        120.0
+        """
+        count, unit = self.interval(stage).split()
+        return float(count) * (60 if unit.startswith("minute") else 1)
 
 
 @dataclass(frozen=True)

@@ -45,8 +45,8 @@ from typing import Any, Callable, Sequence
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from lakehouse.declaration import Pipeline
-from lakehouse.errors import CdcEnrichError
+from lakehouse.declaration import CONTINUOUS_SCHEDULES, Pipeline
+from lakehouse.errors import CdcEnrichError, PipelineConfigError
 from lakehouse.gold import view_plan
 from lakehouse.ordering import rule
 from lakehouse.paths import checkpoint_dir
@@ -295,18 +295,23 @@ def bench_freshness(
     keep: bool = False,
     postgres_stack: Path | None = None,
     progress: Callable[[str], None] | None = None,
+    schedules: Sequence[str] | None = None,
 ) -> dict[str, Any]:
-    """For each rate, a fresh continuous run fed at that rate; per-change latency to gold.
+    """For each rate, and each continuous schedule (`options.continuous`; default: the
+    pipeline's), a fresh continuous run fed at that rate; per-change latency to gold.
     `postgres_stack`: the lake of the local stack whose PostgreSQL and Kafka Connect feed the
     run instead of the simulator (`rate` in transactions per second; started when not running)."""
     from lakehouse.continuous import run_continuous
 
+    unknown = [s for s in schedules or () if s not in CONTINUOUS_SCHEDULES]
+    if unknown:
+        raise PipelineConfigError(f"bench freshness: unknown schedule(s) {', '.join(unknown)}; expected {', '.join(CONTINUOUS_SCHEDULES)}")
     say = progress or (lambda _m: None)
     results = []
-    for rate in rates:
+    for rate, schedule in [(r, s) for r in rates for s in (schedules or (pipeline.options.continuous,))]:
         tag = "fresh" + uuid.uuid4().hex[:8]
         bench = isolated_pipeline(pipeline, tag)
-        bench = replace(bench, options=replace(bench.options, intervals=dict(intervals or INTERVALS)))
+        bench = replace(bench, options=replace(bench.options, intervals=dict(intervals or INTERVALS), continuous=schedule))
         feed: _SimulatorFeed | _PostgresFeed = (
             _PostgresFeed(Path(postgres_stack), bench, bootstrap, seed) if postgres_stack else _SimulatorFeed(bench, bootstrap, seed)
         )
@@ -329,7 +334,7 @@ def bench_freshness(
             try:
                 if not _wait_for_gold(spark, bench, 600) or failure:
                     raise RuntimeError(f"bench freshness: the snapshot never reached gold: {failure[:1]}")
-                say(f"bench freshness {rate:g} {feed.unit}/s: {prepared}, in gold; sending for {duration_s:.0f}s")
+                say(f"bench freshness {rate:g} {feed.unit}/s, {schedule}: {prepared}, in gold; sending for {duration_s:.0f}s")
                 sending_began = time.time()
                 sent_line = feed.send(rate, duration_s)
                 sent_seconds = time.time() - sending_began
@@ -343,9 +348,9 @@ def bench_freshness(
             summary = latency_summary(feed.sent(spark), _gold_sightings(spark, bench), drain_s)
         finally:
             feed.close()
-        summary.update(rate=rate, unit=feed.unit, duration_s=duration_s, records_sent=feed.records(),
+        summary.update(rate=rate, schedule=schedule, unit=feed.unit, duration_s=duration_s, records_sent=feed.records(),
                        sent_seconds=round(sent_seconds, 1))
-        say(f"bench freshness {rate:g} {feed.unit}/s: {_line(summary)}")
+        say(f"bench freshness {rate:g} {feed.unit}/s, {schedule}: {_line(summary)}")
         results.append(summary)
         if not keep:
             _clean(spark, bench, checkpoints, bootstrap)
@@ -374,12 +379,12 @@ def _line(summary: dict[str, Any]) -> str:
 
 
 def render_table(result: dict[str, Any]) -> str:
-    """The README's table: one row per rate."""
+    """The README's table: one row per rate and schedule."""
     unit = result["rates"][0].get("unit", "records") if result["rates"] else "records"
     return markdown_table(
-        (f"rate ({unit}/s)", "changes sent", "seen in gold", "p50 s", "p95 s", "p99 s", "p95 by third s", "catch-up s", "lag"),
+        (f"rate ({unit}/s)", "schedule", "changes sent", "seen in gold", "p50 s", "p95 s", "p99 s", "p95 by third s", "catch-up s", "lag"),
         (
-            (f"{r['rate']:g}", f"{r['changes_sent']:,}", f"{r.get('changes_seen', 0):,}", r.get("p50_s", "-"),
+            (f"{r['rate']:g}", r.get("schedule", "concurrent"), f"{r['changes_sent']:,}", f"{r.get('changes_seen', 0):,}", r.get("p50_s", "-"),
              r.get("p95_s", "-"), r.get("p99_s", "-"), " / ".join(str(p) for p in r.get("p95_by_third_s", [])),
              r.get("catch_up_s", "-"), "bounded" if r.get("bounded") else "not shown bounded")
             for r in result["rates"]

@@ -122,9 +122,12 @@ def plot_freshness(result: dict[str, Any], out: Path) -> Path:
     """Draw a `bench_freshness` result into `out` (PNG)."""
     fig, (ax,) = _figure(1)
     runs = [r for r in result["rates"] if r.get("changes_seen")]
-    rates = [r["rate"] for r in runs]
-    for key, style in (("p50_s", "-o"), ("p95_s", "-s"), ("p99_s", "-^")):
-        ax.plot(rates, [r[key] for r in runs], style, label=key.split("_")[0])
+    schedules = list(dict.fromkeys(r.get("schedule", "concurrent") for r in runs))
+    for schedule, line in zip(schedules, ("-", "--")):
+        mine = [r for r in runs if r.get("schedule", "concurrent") == schedule]
+        for key, marker in (("p50_s", "o"), ("p95_s", "s"), ("p99_s", "^")):
+            label = key.split("_")[0] + (f" {schedule}" if len(schedules) > 1 else "")
+            ax.plot([r["rate"] for r in mine], [r[key] for r in mine], line + marker, label=label)
     for r in runs:
         ax.annotate("bounded" if r["bounded"] else "not bounded", (r["rate"], r["p99_s"]), fontsize=7,
                     textcoords="offset points", xytext=(4, 4))

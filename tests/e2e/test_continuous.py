@@ -1,6 +1,7 @@
-"""`run --continuous`: every stage's queries at once in one Spark application, fed while running.
+"""`run --continuous`: every stage's queries in one Spark application, fed while running, under
+either schedule (`options.continuous`: all queries at once, or cycles of drains in flow order).
 
-Changes produced while the run is going reach gold without any stage being started again, gold
+Changes produced while the run is going reach gold without anyone starting a stage, gold
 equals the oracle over the truth while the queries still run, a stop request stops every query
 between batches, and a later drain over the same checkpoints finds nothing left to do: nothing
 was lost and nothing is written twice.
@@ -54,11 +55,12 @@ def _wait(condition, timeout_s: float, every_s: float = 3.0) -> bool:
 
 
 @pytest.mark.long
+@pytest.mark.parametrize("schedule", ["concurrent", "chained"])
 def test_changes_produced_while_running_reach_gold_and_a_stop_loses_nothing(
-    spark: SparkSession, shop_pipeline: Pipeline, kafka_bootstrap: str, lake: Path, tmp_path: Path
+    spark: SparkSession, shop_pipeline: Pipeline, kafka_bootstrap: str, lake: Path, tmp_path: Path, schedule: str
 ) -> None:
     whole = isolated_pipeline(shop_pipeline, "cont" + _tag())
-    whole = replace(whole, options=replace(whole.options, intervals=INTERVALS))
+    whole = replace(whole, options=replace(whole.options, intervals=INTERVALS, continuous=schedule))
     sim = simulate(whole, seed=SEED, events=EVENTS, chaos="some")
     write_truth(sim, tmp_path / "truth")
     # one view and its two sources: five queries (bronze x2, silver x2, gold) show what a dozen would
@@ -99,6 +101,7 @@ def test_changes_produced_while_running_reach_gold_and_a_stop_loses_nothing(
     assert report.bronze.records == len(records) and report.bronze.quarantined == 0
     assert report.bronze.batches > len(pipeline.sources), "the bursts were not read in several batches while running"
     assert report.restarts == {}
+    assert report.schedule == schedule and (report.cycles > 1 if schedule == "chained" else report.cycles == 0)
     assert not any(q.isActive for q in spark.streams.active if q.name and pipeline.name in q.name)
 
     # A drain over the same checkpoints: nothing was left behind, nothing is read twice.

@@ -79,6 +79,14 @@ def test_each_stage_may_have_its_own_interval():
     pipeline = parse_pipeline(GOOD.replace("kafka:\n", "options:\n  processing_time: 5 seconds\n  intervals:\n    bronze: 1 second\nkafka:\n", 1))
     assert pipeline.options.interval("bronze") == "1 second"
     assert pipeline.options.interval("gold") == "5 seconds"
+    assert (pipeline.options.interval_seconds("bronze"), pipeline.options.interval_seconds("gold")) == (1.0, 5.0)
+    assert pipeline.options.continuous == "concurrent"
+
+
+def test_a_continuous_run_may_chain_its_stages():
+    pipeline = parse_pipeline(GOOD.replace("kafka:\n", "options:\n  continuous: chained\n  intervals:\n    bronze: 2 minutes\nkafka:\n", 1))
+    assert pipeline.options.continuous == "chained"
+    assert pipeline.options.interval_seconds("bronze") == 120.0
 
 
 def test_a_good_file_has_no_problems():
@@ -103,6 +111,7 @@ def test_a_good_file_has_no_problems():
         pytest.param(("kafka:\n", "kafka:\n  max_offsets_per_trigger: lots\n"), 3, "kafka.max_offsets_per_trigger: expected a whole number >= 1", id="wrong-type-number"),
         pytest.param(("  topic_prefix: shop\n", "  topic_prefix: shop\n  topic_prefx: x\n"), 4, "kafka.topic_prefx: unknown field 'topic_prefx'", id="misspelt-field"),
         pytest.param(("kafka:\n", "options:\n  gold_refresh: sometimes\nkafka:\n"), 3, "options.gold_refresh: expected one of auto, incremental, recompute", id="gold-refresh-mode"),
+        pytest.param(("kafka:\n", "options:\n  continuous: sometimes\nkafka:\n"), 3, "options.continuous: expected one of concurrent, chained", id="continuous-schedule"),
         pytest.param(("kafka:\n", "options:\n  intervals:\n    gold: soon\nkafka:\n"), 4, "options.intervals.gold: expected an interval such as '10 seconds'", id="stage-interval"),
         pytest.param(("kafka:\n", "options:\n  intervals:\n    platinum: 1 second\nkafka:\n"), 4, "options.intervals.platinum: unknown field", id="stage-interval-unknown-stage"),
         pytest.param(("order_id: orders.id\n", ""), 23, "must select the base table's primary key column orders.id", id="view-without-key"),

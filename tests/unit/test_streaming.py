@@ -365,3 +365,86 @@ def test_a_delta_commit_conflict_is_recognised_however_it_reaches_python() -> No
                        "[DELTA_CONCURRENT_APPEND.WITHOUT_HINT] Transaction conflict detected.")
     assert is_commit_conflict(raw)
     assert not is_commit_conflict(RuntimeError("[DELTA_MERGE_MISSING_WHEN] at least one WHEN clause"))
+
+
+# --------------------------------------------------------------------------- chained continuous runs
+
+
+def _cycles(stop_after: int, log: list[str], silver_script: list[Any] | None = None) -> tuple[list[list[StreamSpec]], Any]:
+    """Three stages of fake queries that drain at once (silver's as scripted); preparing a
+    bronze drain after `stop_after` of them sets `stop`."""
+    import threading
+
+    stop = threading.Event()
+    starts = {"n": 0}
+
+    def count() -> None:
+        starts["n"] += 1
+        if starts["n"] > stop_after:
+            stop.set()
+
+    stages = [
+        [fake_spec("bronze", [[True]] * 10, log, prepare=count)],
+        [fake_spec("silver", [silver_script or [True]] * 10, log)],
+        [fake_spec("gold_a", [[True]] * 10, log), fake_spec("gold_b", [[True]] * 10, log)],
+    ]
+    return stages, stop
+
+
+def test_a_chained_run_drains_the_stages_in_flow_order_cycle_after_cycle() -> None:
+    from lakehouse.continuous import ContinuousReport, run_cycles
+
+    class Recorder:
+        """MetricsRecorder's part the runner calls: which stream lists it still reads."""
+
+        def __init__(self) -> None:
+            self.watched: list[Any] = []
+            self.most = 0
+
+        def watch(self, streams: Any) -> None:
+            self.watched.append(streams)
+            self.most = max(self.most, len(self.watched))
+
+        def forget(self, streams: Any) -> None:
+            self.watched.remove(streams)
+
+        def collect(self) -> int:
+            return 0
+
+    log: list[str] = []
+    stages, stop = _cycles(2, log)
+    report, recorder = ContinuousReport(None, None, None, schedule="chained"), Recorder()
+    run_cycles(stages, 0.0, "1 second", report, timeout_s=None, say=lambda _m: None, policy=CONTINUOUS_POLICY,
+               stop=stop, metrics=recorder)
+    builds = [line.split()[1] for line in log if line.startswith("build")]
+    assert builds == ["bronze", "silver", "gold_a", "gold_b"] * 2 + ["bronze"]  # stopped in the third cycle's first drain
+    assert report.cycles == 3 and report.restarts == {}
+    assert recorder.most == 1 and recorder.watched == []  # each drain's queries are read while they run, then let go
+
+
+def test_a_chained_run_stops_a_drain_between_batches_and_starts_no_later_stage() -> None:
+    import threading
+
+    from lakehouse.continuous import ContinuousReport, run_cycles
+
+    log: list[str] = []
+    stages, stop = _cycles(5, log, silver_script=[False] * 1000)  # silver's drain never ends by itself
+    threading.Timer(0.5, stop.set).start()
+    started = time.monotonic()
+    run_cycles(stages, 0.0, "1 second", ContinuousReport(None, None, None), timeout_s=None, say=lambda _m: None,
+               policy=CONTINUOUS_POLICY, stop=stop, metrics=None)
+    assert time.monotonic() - started < 5
+    assert "stop silver" in log and not any("gold" in line for line in log)
+
+
+def test_a_chained_run_ends_at_its_timeout_and_waits_out_its_period() -> None:
+    from lakehouse.continuous import ContinuousReport, run_cycles
+
+    log: list[str] = []
+    stages, _ = _cycles(1000, log)
+    report = ContinuousReport(None, None, None)
+    started = time.monotonic()
+    run_cycles(stages, 0.4, "1 second", report, timeout_s=1.0, say=lambda _m: None, policy=CONTINUOUS_POLICY,
+               stop=None, metrics=None)
+    assert 0.9 < time.monotonic() - started < 5
+    assert 2 <= report.cycles <= 3  # a cycle begins at most every 0.4 s
