@@ -47,6 +47,7 @@ class ContinuousReport:
     cycles: int = 0  # chained: cycles begun
 
     def count_restarts(self, streams: Sequence[Stream]) -> None:
+        """Add the restarts of `streams` (one run of queries; a chained run has one per drain)."""
         for stream in streams:
             if stream.total_restarts:
                 self.restarts[stream.spec.query_name] = self.restarts.get(stream.spec.query_name, 0) + stream.total_restarts
@@ -106,7 +107,8 @@ def run_continuous(
         with recording_metrics(spark, pipeline) as metrics:
             if options.continuous == "chained":
                 run_cycles(
-                    [bronze_specs, silver_specs, gold_specs], options.interval_seconds("bronze"), options.processing_time,
+                    [("bronze", bronze_specs), ("silver", silver_specs), ("gold", gold_specs)],
+                    options.interval_seconds("bronze"), options.processing_time,
                     report, timeout_s=timeout_s, say=say, policy=policy, stop=stop, metrics=metrics,
                 )
             else:
@@ -121,7 +123,7 @@ def run_continuous(
 
 
 def run_cycles(
-    stages: list[list[StreamSpec]],
+    stages: Sequence[tuple[str, Sequence[StreamSpec]]],
     period_s: float,
     processing_time: str,
     report: ContinuousReport,
@@ -132,8 +134,8 @@ def run_cycles(
     stop: threading.Event | None,
     metrics: MetricsRecorder,
 ) -> None:
-    """The chained schedule: each stage's queries drain together (available_now), stage after
-    stage, cycle after cycle, a cycle starting at most every `period_s`, until `stop` is set or
+    """The chained schedule: each stage's queries (`stages`: name and specs, in flow order) drain
+    together (available_now), stage after stage, cycle after cycle, a cycle starting at most every `period_s`, until `stop` is set or
     `timeout_s` passes (which sets `stop`). A stop during a drain stops its queries between
     micro-batches; the next run resumes from the checkpoints. Cycles and restarts go to `report`."""
     stop = stop if stop is not None else threading.Event()
@@ -147,14 +149,14 @@ def run_cycles(
             began = time.monotonic()
             report.cycles += 1
             drains = []
-            for specs in stages:
+            for stage, specs in stages:
                 if stop.is_set() or not specs:
                     continue
                 drain_began = time.monotonic()
                 report.count_restarts(
                     run_streams(specs, AVAILABLE_NOW, processing_time, say=say, policy=policy, stop=stop, metrics=metrics)
                 )
-                drains.append(f"{specs[0].name.split()[0]} {time.monotonic() - drain_began:.1f}s")
+                drains.append(f"{stage} {time.monotonic() - drain_began:.1f}s")
             say(f"continuous cycle {report.cycles}: {', '.join(drains)}")
             stop.wait(max(0.0, period_s - (time.monotonic() - began)))
     finally:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -370,7 +371,7 @@ def test_a_delta_commit_conflict_is_recognised_however_it_reaches_python() -> No
 # --------------------------------------------------------------------------- chained continuous runs
 
 
-def _cycles(stop_after: int, log: list[str], silver_script: list[Any] | None = None) -> tuple[list[list[StreamSpec]], Any]:
+def _cycles(stop_after: int, log: list[str], silver_script: list[Any] | None = None) -> tuple[list[tuple[str, list[StreamSpec]]], Any]:
     """Three stages of fake queries that drain at once (silver's as scripted); preparing a
     bronze drain after `stop_after` of them sets `stop`."""
     import threading
@@ -384,9 +385,9 @@ def _cycles(stop_after: int, log: list[str], silver_script: list[Any] | None = N
             stop.set()
 
     stages = [
-        [fake_spec("bronze", [[True]] * 10, log, prepare=count)],
-        [fake_spec("silver", [silver_script or [True]] * 10, log)],
-        [fake_spec("gold_a", [[True]] * 10, log), fake_spec("gold_b", [[True]] * 10, log)],
+        ("bronze", [fake_spec("bronze", [[True]] * 10, log, prepare=count)]),
+        ("silver", [fake_spec("silver", [silver_script or [True]] * 10, log)]),
+        ("gold", [fake_spec("gold_a", [[True]] * 10, log), fake_spec("gold_b", [[True]] * 10, log)]),
     ]
     return stages, stop
 
@@ -413,9 +414,10 @@ def test_a_chained_run_drains_the_stages_in_flow_order_cycle_after_cycle() -> No
 
     log: list[str] = []
     stages, stop = _cycles(2, log)
-    report, recorder = ContinuousReport(None, None, None, schedule="chained"), Recorder()
-    run_cycles(stages, 0.0, "1 second", report, timeout_s=None, say=lambda _m: None, policy=CONTINUOUS_POLICY,
+    report, recorder, said = ContinuousReport(None, None, None, schedule="chained"), Recorder(), []
+    run_cycles(stages, 0.0, "1 second", report, timeout_s=None, say=said.append, policy=CONTINUOUS_POLICY,
                stop=stop, metrics=recorder)
+    assert re.fullmatch(r"continuous cycle 1: bronze [\d.]+s, silver [\d.]+s, gold [\d.]+s", said[0]), said
     builds = [line.split()[1] for line in log if line.startswith("build")]
     assert builds == ["bronze", "silver", "gold_a", "gold_b"] * 2 + ["bronze"]  # stopped in the third cycle's first drain
     assert report.cycles == 3 and report.restarts == {}
