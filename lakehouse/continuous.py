@@ -132,7 +132,7 @@ def run_cycles(
     say: Say,
     policy: RestartPolicy,
     stop: threading.Event | None,
-    metrics: MetricsRecorder,
+    metrics: MetricsRecorder | None,
 ) -> None:
     """The chained schedule: each stage's queries (`stages`: name and specs, in flow order) drain
     together (available_now), stage after stage, cycle after cycle, a cycle starting at most every `period_s`, until `stop` is set or
