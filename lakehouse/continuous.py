@@ -17,6 +17,8 @@ Two schedules (`options.continuous`):
   every silver query, then every gold query), a cycle starting at most every bronze interval.
   A change that arrives during a cycle reaches gold at the end of the next one: its latency is
   one to two cycles, and a cycle costs what the concurrent queries' batches cost together.
+  A stage whose upstream read nothing in the cycle is skipped (each stage still drains at
+  least once a minute), so an idle run costs bronze's drain alone.
 """
 
 from __future__ import annotations
@@ -122,6 +124,9 @@ def run_continuous(
     return report
 
 
+FULL_CYCLE_EVERY_S = 60.0  # a stage drains at least this often, even when its upstream read nothing
+
+
 def run_cycles(
     stages: Sequence[tuple[str, Sequence[StreamSpec]]],
     period_s: float,
@@ -133,32 +138,56 @@ def run_cycles(
     policy: RestartPolicy,
     stop: threading.Event | None,
     metrics: MetricsRecorder | None,
+    full_every_s: float = FULL_CYCLE_EVERY_S,
 ) -> None:
     """The chained schedule: each stage's queries (`stages`: name and specs, in flow order) drain
-    together (available_now), stage after stage, cycle after cycle, a cycle starting at most every `period_s`, until `stop` is set or
-    `timeout_s` passes (which sets `stop`). A stop during a drain stops its queries between
-    micro-batches; the next run resumes from the checkpoints. Cycles and restarts go to `report`."""
+    together (available_now), stage after stage, cycle after cycle, a cycle starting at most every
+    `period_s`, until `stop` is set or `timeout_s` passes (which sets `stop`). A stop during a
+    drain stops its queries between micro-batches; the next run resumes from the checkpoints.
+
+    A stage whose upstream drain read nothing is skipped (`drain_needed`): an idle run pays for
+    bronze's drain alone, not for starting every query. Cycles and restarts go to `report`."""
     stop = stop if stop is not None else threading.Event()
     timer: threading.Timer | None = None
     if timeout_s is not None:
         timer = threading.Timer(timeout_s, stop.set)  # a drain in progress is cut between batches too
         timer.daemon = True
         timer.start()
+    last_drained: dict[str, float] = {}
     try:
         while not stop.is_set():
             began = time.monotonic()
             report.cycles += 1
             drains = []
+            upstream_rows: int | None = None  # the first stage reads from outside: always drained
             for stage, specs in stages:
                 if stop.is_set() or not specs:
                     continue
-                drain_began = time.monotonic()
-                report.count_restarts(
-                    run_streams(specs, AVAILABLE_NOW, processing_time, say=say, policy=policy, stop=stop, metrics=metrics)
-                )
-                drains.append(f"{stage} {time.monotonic() - drain_began:.1f}s")
+                now = time.monotonic()
+                if not drain_needed(upstream_rows, last_drained.get(stage), now, full_every_s):
+                    drains.append(f"{stage} skipped")
+                    upstream_rows = 0
+                    continue
+                streams = run_streams(specs, AVAILABLE_NOW, processing_time, say=say, policy=policy, stop=stop, metrics=metrics)
+                report.count_restarts(streams)
+                last_drained[stage] = now
+                upstream_rows = rows_read(streams)
+                drains.append(f"{stage} {time.monotonic() - now:.1f}s")
             say(f"continuous cycle {report.cycles}: {', '.join(drains)}")
             stop.wait(max(0.0, period_s - (time.monotonic() - began)))
     finally:
         if timer is not None:
             timer.cancel()
+
+
+def drain_needed(upstream_rows: int | None, last_drained: float | None, now: float, full_every_s: float) -> bool:
+    """Whether a stage drains this cycle: its upstream drain read rows (or could not tell), it has
+    never drained in this run (what was left before the run), or its last drain is `full_every_s`
+    old (a safety net: a skip can only delay a change, never lose it)."""
+    return upstream_rows is None or upstream_rows > 0 or last_drained is None or now - last_drained >= full_every_s
+
+
+def rows_read(streams: Sequence[Stream]) -> int | None:
+    """What a drain's queries read in all; None when any of them cannot tell."""
+    counts = [stream.rows_read() for stream in streams]
+    return None if any(count is None for count in counts) else sum(counts)  # type: ignore[arg-type]

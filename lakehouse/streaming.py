@@ -250,6 +250,17 @@ class Stream:
         """Every query this stream ran, the current one last."""
         return [*self.replaced, *([self.query] if self.query is not None else [])]
 
+    def rows_read(self) -> int | None:
+        """Input rows over the batches its queries still report (`recentProgress`, the last 100
+        each); None when a query reports no progress list at all (nothing known: assume rows)."""
+        total = 0
+        for query in self.queries():
+            updates = getattr(query, "recentProgress", None)
+            if updates is None:
+                return None
+            total += sum(int(progress.numInputRows or 0) for progress in updates)
+        return total
+
 
 def _deadline(trigger: str, timeout_s: float | None) -> float | None:
     """When to stop waiting: never for available_now (each query ends when drained)."""

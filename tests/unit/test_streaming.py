@@ -450,3 +450,59 @@ def test_a_chained_run_ends_at_its_timeout_and_waits_out_its_period() -> None:
                stop=None, metrics=None)
     assert 0.9 < time.monotonic() - started < 5
     assert 2 <= report.cycles <= 3  # a cycle begins at most every 0.4 s
+
+
+def test_a_chained_run_skips_the_stages_whose_upstream_read_nothing() -> None:
+    """Bronze reads rows in the first and third cycles only: silver and gold drain in those
+    (the first because nothing is known of what the lake held before the run), not in the second."""
+    import threading
+    from types import SimpleNamespace
+
+    from lakehouse.continuous import ContinuousReport, run_cycles
+
+    log: list[str] = []
+    stop = threading.Event()
+
+    def spec(name: str, rows: list[int]) -> StreamSpec:
+        reads = iter(rows)
+
+        def build() -> FakeWriter:
+            log.append(f"build {name}")
+            if name == "bronze" and sum(line == "build bronze" for line in log) == len(rows):
+                stop.set()  # the last cycle's bronze drain is the last drain
+            read = next(reads)
+
+            def query() -> FakeQuery:
+                fake = FakeQuery([True], name, log)
+                fake.recentProgress = [SimpleNamespace(numInputRows=read)]  # type: ignore[attr-defined]
+                return fake
+
+            return FakeWriter(query)
+
+        return StreamSpec(name=name, query_name=f"q_{name}", checkpoint=Path("/cp") / name, build=build)
+
+    stages = [("bronze", [spec("bronze", [5, 0, 7, 0])]), ("silver", [spec("silver", [5, 7, 0])]), ("gold", [spec("gold", [3, 4])])]
+    said: list[str] = []
+    run_cycles(stages, 0.0, "1 second", ContinuousReport(None, None, None), timeout_s=None, say=said.append,
+               policy=CONTINUOUS_POLICY, stop=stop, metrics=None)
+    builds = [line.split()[1] for line in log if line.startswith("build")]
+    assert builds == ["bronze", "silver", "gold", "bronze", "bronze", "silver", "gold", "bronze"]
+    assert said[1].endswith("silver skipped, gold skipped"), said
+
+
+@pytest.mark.parametrize(
+    ("upstream_rows", "last_drained", "needed"),
+    [
+        (None, 100.0, True),  # the upstream could not tell what it read
+        (12, 100.0, True),
+        (0, None, True),  # never drained in this run: what the lake held before it
+        (0, 100.0, False),
+        (0, 100.0 - 60.0, True),  # a minute since its last drain: the safety net
+    ],
+)
+def test_a_stage_drains_when_its_upstream_read_rows_or_its_last_drain_is_old(
+    upstream_rows: int | None, last_drained: float | None, needed: bool
+) -> None:
+    from lakehouse.continuous import drain_needed
+
+    assert drain_needed(upstream_rows, last_drained, now=100.0, full_every_s=60.0) is needed
