@@ -17,8 +17,8 @@ Two schedules (`options.continuous`):
   every silver query, then every gold query), a cycle starting at most every bronze interval.
   A change that arrives during a cycle reaches gold at the end of the next one: its latency is
   one to two cycles, and a cycle costs what the concurrent queries' batches cost together.
-  A stage whose upstream read nothing in the cycle is skipped (each stage still drains at
-  least once a minute), so an idle run costs bronze's drain alone.
+  After bronze, a query drains only when a table it reads was written earlier in the cycle
+  (each still drains at least every five minutes), so an idle run costs bronze's drain alone.
 """
 
 from __future__ import annotations
@@ -124,7 +124,9 @@ def run_continuous(
     return report
 
 
-FULL_CYCLE_EVERY_S = 60.0  # a stage drains at least this often, even when its upstream read nothing
+FULL_CYCLE_EVERY_S = 300.0  # a query drains at least this often, even when nothing it reads was written (an idle
+# drain of every query costs ~5-12 s on two cores: once in five minutes, not every minute)
+EVERYTHING = None  # what `written_tables` returns when it cannot tell which tables a drain wrote
 
 
 def run_cycles(
@@ -145,8 +147,10 @@ def run_cycles(
     `period_s`, until `stop` is set or `timeout_s` passes (which sets `stop`). A stop during a
     drain stops its queries between micro-batches; the next run resumes from the checkpoints.
 
-    A stage whose upstream drain read nothing is skipped (`drain_needed`): an idle run pays for
-    bronze's drain alone, not for starting every query. Cycles and restarts go to `report`."""
+    After the first stage (which reads from outside the lake), a query drains only when a table it
+    reads was written earlier in the cycle (`to_drain`): an idle run pays for bronze's drain
+    alone, and a change to one table for the queries downstream of it. Cycles and restarts go to
+    `report`."""
     stop = stop if stop is not None else threading.Event()
     timer: threading.Timer | None = None
     if timeout_s is not None:
@@ -159,20 +163,22 @@ def run_cycles(
             began = time.monotonic()
             report.cycles += 1
             drains = []
-            upstream_rows: int | None = None  # the first stage reads from outside: always drained
+            written: set[str] | None = EVERYTHING  # the first stage reads from outside: always drained
             for stage, specs in stages:
                 if stop.is_set() or not specs:
                     continue
                 now = time.monotonic()
-                if not drain_needed(upstream_rows, last_drained.get(stage), now, full_every_s):
+                chosen = to_drain(specs, written, last_drained, now, full_every_s)
+                if not chosen:
                     drains.append(f"{stage} skipped")
-                    upstream_rows = 0
+                    written = set()
                     continue
-                streams = run_streams(specs, AVAILABLE_NOW, processing_time, say=say, policy=policy, stop=stop, metrics=metrics)
+                streams = run_streams(chosen, AVAILABLE_NOW, processing_time, say=say, policy=policy, stop=stop, metrics=metrics)
                 report.count_restarts(streams)
-                last_drained[stage] = now
-                upstream_rows = rows_read(streams)
-                drains.append(f"{stage} {time.monotonic() - now:.1f}s")
+                last_drained.update((spec.query_name, now) for spec in chosen)
+                written = written_tables(streams)
+                share = "" if len(chosen) == len(specs) else f" ({len(chosen)} of {len(specs)})"
+                drains.append(f"{stage} {time.monotonic() - now:.1f}s{share}")
             say(f"continuous cycle {report.cycles}: {', '.join(drains)}")
             stop.wait(max(0.0, period_s - (time.monotonic() - began)))
     finally:
@@ -180,14 +186,31 @@ def run_cycles(
             timer.cancel()
 
 
-def drain_needed(upstream_rows: int | None, last_drained: float | None, now: float, full_every_s: float) -> bool:
-    """Whether a stage drains this cycle: its upstream drain read rows (or could not tell), it has
-    never drained in this run (what was left before the run), or its last drain is `full_every_s`
-    old (a safety net: a skip can only delay a change, never lose it)."""
-    return upstream_rows is None or upstream_rows > 0 or last_drained is None or now - last_drained >= full_every_s
+def to_drain(
+    specs: Sequence[StreamSpec], written: set[str] | None, last_drained: dict[str, float], now: float, full_every_s: float
+) -> list[StreamSpec]:
+    """The queries of a stage that drain this cycle: those reading a table the cycle's earlier
+    drains wrote (`written`; EVERYTHING when not known), or whose reads are not declared, or
+    that have not drained in this run yet (what the lake held before it), or whose last drain
+    is `full_every_s` old (a safety net: a skip can only delay a change, never lose it)."""
+    def needed(spec: StreamSpec) -> bool:
+        last = last_drained.get(spec.query_name)
+        if written is EVERYTHING or last is None or now - last >= full_every_s:
+            return True
+        return bool(written) if spec.reads is None else bool(written.intersection(spec.reads))
+
+    return [spec for spec in specs if needed(spec)]
 
 
-def rows_read(streams: Sequence[Stream]) -> int | None:
-    """What a drain's queries read in all; None when any of them cannot tell."""
-    counts = [stream.rows_read() for stream in streams]
-    return None if any(count is None for count in counts) else sum(counts)  # type: ignore[arg-type]
+def written_tables(streams: Sequence[Stream]) -> set[str] | None:
+    """The tables a drain may have written: those of every query that read rows; EVERYTHING when
+    a query that read (or cannot tell whether it read) rows does not declare what it writes."""
+    written: set[str] = set()
+    for stream in streams:
+        rows = stream.rows_read()
+        if rows == 0:
+            continue
+        if stream.spec.writes is None:
+            return EVERYTHING
+        written.update(stream.spec.writes)
+    return written

@@ -149,6 +149,11 @@ class StreamSpec:
     failure: Callable[[BaseException], str] | None = None
     processing_time: str | None = None  # this query's interval (processing_time); None: the run's
     collect: Callable[[], int] = _none_arrived
+    # Tables by name, for a chained continuous run (`lakehouse.continuous`): a query drains only
+    # when a table it reads was written in the cycle. None: not known (it drains whenever its
+    # upstream stage read anything; a query writing unknown tables makes every later one drain).
+    reads: tuple[str, ...] | None = None
+    writes: tuple[str, ...] | None = None
 
     def failed(self, exc: BaseException) -> StreamError:
         """The project's error for a query of this stream that failed with `exc`."""

@@ -198,6 +198,7 @@ class _Stream:
     worker beside the server."""
 
     name = ""
+    feeds: tuple[str, ...] = ()  # the tables it writes that later stages read
 
     def __init__(self, pipeline: Pipeline, checkpoint: Location, mailbox: Mailbox) -> None:
         self.pipeline = pipeline
@@ -266,6 +267,7 @@ class _SourceStream(_Stream):
         self.source = source
         self.parser = parser
         self.name = source.name
+        self.feeds = (bronze_table(pipeline, source),)  # its quarantine rows go nowhere downstream
         self.fast = parser != "python"  # the fast pass decodes in the query's plan (`frame`)
 
     def frame(self, kafka: DataFrame) -> DataFrame:
@@ -481,4 +483,6 @@ def _bronze_stream(handler: _Stream, frame: DataFrame, base: Location, pipeline:
         failure=failure,
         processing_time=pipeline.options.interval("bronze"),
         collect=post.collect,
+        reads=(),  # Kafka: outside the lake
+        writes=handler.feeds,
     )

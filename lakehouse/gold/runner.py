@@ -499,6 +499,8 @@ def view_stream(
         prepare=(lambda: prepare_view(spark, pipeline, plan)) if prepare else (lambda: None),
         processing_time=pipeline.options.interval("gold"),
         collect=post.collect,
+        reads=tuple(feed.table for feed in view_kind(plan).feeds(pipeline, plan)),
+        writes=(),  # no query reads gold
     )
 
 

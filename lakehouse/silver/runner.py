@@ -21,6 +21,7 @@ from lakehouse.streaming import StreamSpec, run_streams
 from lakehouse.tables import (
     bronze_table,
     silver_current_table,
+    silver_history_table,
 )
 
 # --------------------------------------------------------------------------- runner
@@ -122,6 +123,8 @@ def _silver_stream(
         prepare=prepare,
         processing_time=pipeline.options.interval("silver"),
         collect=post.collect,
+        reads=(bronze,),
+        writes=(silver_current_table(pipeline, source), silver_history_table(pipeline, source)),
     )
 
 

@@ -490,19 +490,84 @@ def test_a_chained_run_skips_the_stages_whose_upstream_read_nothing() -> None:
     assert said[1].endswith("silver skipped, gold skipped"), said
 
 
-@pytest.mark.parametrize(
-    ("upstream_rows", "last_drained", "needed"),
-    [
-        (None, 100.0, True),  # the upstream could not tell what it read
-        (12, 100.0, True),
-        (0, None, True),  # never drained in this run: what the lake held before it
-        (0, 100.0, False),
-        (0, 100.0 - 60.0, True),  # a minute since its last drain: the safety net
-    ],
-)
-def test_a_stage_drains_when_its_upstream_read_rows_or_its_last_drain_is_old(
-    upstream_rows: int | None, last_drained: float | None, needed: bool
-) -> None:
-    from lakehouse.continuous import drain_needed
+def test_a_chained_run_drains_only_the_queries_downstream_of_what_changed() -> None:
+    """Two sources: in the second cycle only the first one's topic had records, so only its
+    silver query drains, and the view that reads only the second source's silver table does not."""
+    import threading
+    from types import SimpleNamespace
 
-    assert drain_needed(upstream_rows, last_drained, now=100.0, full_every_s=60.0) is needed
+    from lakehouse.continuous import ContinuousReport, run_cycles
+
+    log: list[str] = []
+    stop = threading.Event()
+
+    def spec(name: str, rows: list[int], reads: tuple[str, ...], writes: tuple[str, ...]) -> StreamSpec:
+        reads_left = iter(rows)
+
+        def build() -> FakeWriter:
+            log.append(f"build {name}")
+            if name == "bronze_a" and sum(line == "build bronze_a" for line in log) == len(rows):
+                stop.set()
+            read = next(reads_left)
+
+            def query() -> FakeQuery:
+                fake = FakeQuery([True], name, log)
+                fake.recentProgress = [SimpleNamespace(numInputRows=read)]  # type: ignore[attr-defined]
+                return fake
+
+            return FakeWriter(query)
+
+        return StreamSpec(name=name, query_name=f"q_{name}", checkpoint=Path("/cp") / name, build=build,
+                          reads=reads, writes=writes)
+
+    stages = [
+        ("bronze", [spec("bronze_a", [5, 3, 0, 0], (), ("b.a",)), spec("bronze_b", [5, 0, 0, 0], (), ("b.b",))]),
+        ("silver", [spec("silver_a", [5, 3], ("b.a",), ("s.a", "s.a_history")), spec("silver_b", [5], ("b.b",), ("s.b",))]),
+        ("gold", [spec("gold_b", [4], ("s.b",), ()), spec("gold_ab", [4, 3], ("s.a", "s.b"), ())]),
+    ]
+    said: list[str] = []
+    run_cycles(stages, 0.0, "1 second", ContinuousReport(None, None, None), timeout_s=None, say=said.append,
+               policy=CONTINUOUS_POLICY, stop=stop, metrics=None)
+    builds = [line.split()[1] for line in log if line.startswith("build")]
+    assert builds == [
+        "bronze_a", "bronze_b", "silver_a", "silver_b", "gold_b", "gold_ab",  # the first cycle drains everything
+        "bronze_a", "bronze_b", "silver_a", "gold_ab",
+        "bronze_a", "bronze_b",  # nothing read: no silver or gold query starts
+        "bronze_a", "bronze_b",  # stopped while draining
+    ]
+    assert re.fullmatch(r"continuous cycle 2: bronze [\d.]+s, silver [\d.]+s \(1 of 2\), gold [\d.]+s \(1 of 2\)", said[1]), said
+    assert said[2].endswith("silver skipped, gold skipped"), said
+
+
+def _named(name: str, reads: tuple[str, ...] | None, writes: tuple[str, ...] | None = ()) -> StreamSpec:
+    return StreamSpec(name=name, query_name=name, checkpoint=Path("/cp") / name, build=lambda: None, reads=reads, writes=writes)
+
+
+def test_a_query_drains_when_a_table_it_reads_was_written_or_it_cannot_be_told() -> None:
+    from lakehouse.continuous import EVERYTHING, to_drain
+
+    specs = [_named("reads_a", ("a",)), _named("reads_b", ("b",)), _named("undeclared", None)]
+    drained = {spec.query_name: 100.0 for spec in specs}
+
+    def chosen(written: set[str] | None, last: dict[str, float] = drained, now: float = 110.0) -> list[str]:
+        return [spec.name for spec in to_drain(specs, written, last, now, full_every_s=60.0)]
+
+    assert chosen({"a"}) == ["reads_a", "undeclared"]  # a query without declared reads drains when anything was written
+    assert chosen(set()) == []
+    assert chosen(EVERYTHING) == ["reads_a", "reads_b", "undeclared"]
+    assert chosen(set(), last={"reads_b": 100.0, "undeclared": 100.0}) == ["reads_a"]  # not drained yet in this run
+    assert chosen(set(), last={**drained, "reads_b": 50.0}) == ["reads_b"]  # a minute since its last drain
+
+
+def test_a_drain_wrote_the_tables_of_the_queries_that_read_rows() -> None:
+    from types import SimpleNamespace
+
+    from lakehouse.continuous import EVERYTHING, written_tables
+
+    def stream(rows: int | None, writes: tuple[str, ...] | None) -> Any:
+        return SimpleNamespace(rows_read=lambda: rows, spec=_named("q", (), writes))
+
+    assert written_tables([stream(3, ("a", "a_history")), stream(0, ("b",))]) == {"a", "a_history"}
+    assert written_tables([stream(0, ("a",)), stream(0, None)]) == set()
+    assert written_tables([stream(None, ("a",))]) == {"a"}  # could not tell: assume it read
+    assert written_tables([stream(2, None)]) is EVERYTHING
