@@ -260,10 +260,14 @@ class Stream:
         each); None when a query reports no progress list at all (nothing known: assume rows)."""
         total = 0
         for query in self.queries():
-            updates = getattr(query, "recentProgress", None)
-            if updates is None:
+            try:
+                updates = getattr(query, "recentProgress", None)
+                if updates is None:
+                    return None
+                total += sum(int(progress.numInputRows or 0) for progress in updates)
+            except Exception:  # noqa: BLE001 - a progress that cannot be read: as if it read rows
+                log.debug("%s: could not read the query's progress", self.spec.name, exc_info=True)
                 return None
-            total += sum(int(progress.numInputRows or 0) for progress in updates)
         return total
 
 

@@ -198,7 +198,7 @@ class _Stream:
     worker beside the server."""
 
     name = ""
-    feeds: tuple[str, ...] = ()  # the tables it writes that later stages read
+    outputs: tuple[str, ...] = ()  # the tables it writes that later stages read
 
     def __init__(self, pipeline: Pipeline, checkpoint: Location, mailbox: Mailbox) -> None:
         self.pipeline = pipeline
@@ -267,7 +267,7 @@ class _SourceStream(_Stream):
         self.source = source
         self.parser = parser
         self.name = source.name
-        self.feeds = (bronze_table(pipeline, source),)  # its quarantine rows go nowhere downstream
+        self.outputs = (bronze_table(pipeline, source),)  # its quarantine rows go nowhere downstream
         self.fast = parser != "python"  # the fast pass decodes in the query's plan (`frame`)
 
     def frame(self, kafka: DataFrame) -> DataFrame:
@@ -484,5 +484,5 @@ def _bronze_stream(handler: _Stream, frame: DataFrame, base: Location, pipeline:
         processing_time=pipeline.options.interval("bronze"),
         collect=post.collect,
         reads=(),  # Kafka: outside the lake
-        writes=handler.feeds,
+        writes=handler.outputs,
     )

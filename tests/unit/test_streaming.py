@@ -571,3 +571,25 @@ def test_a_drain_wrote_the_tables_of_the_queries_that_read_rows() -> None:
     assert written_tables([stream(0, ("a",)), stream(0, None)]) == set()
     assert written_tables([stream(None, ("a",))]) == {"a"}  # could not tell: assume it read
     assert written_tables([stream(2, None)]) is EVERYTHING
+
+
+def test_a_stream_counts_the_rows_its_queries_read_and_says_none_when_it_cannot_tell() -> None:
+    from types import SimpleNamespace
+
+    from lakehouse.streaming import Stream
+
+    class Unreadable:
+        @property
+        def recentProgress(self) -> list[Any]:  # noqa: N802 - Spark's name
+            raise RuntimeError("the Connect session went away")
+
+    stream = Stream(_named("q", ()), "available_now", "1 second")
+    stream.replaced = [SimpleNamespace(recentProgress=[SimpleNamespace(numInputRows=2), SimpleNamespace(numInputRows=0)])]
+    stream.query = SimpleNamespace(recentProgress=[SimpleNamespace(numInputRows=3)])
+    assert stream.rows_read() == 5  # a restart's replaced query counts too
+    stream.query = SimpleNamespace(recentProgress=[])
+    assert stream.rows_read() == 2
+    stream.query = Unreadable()
+    assert stream.rows_read() is None
+    stream.query = SimpleNamespace()  # no progress list at all (a fake)
+    assert stream.rows_read() is None
