@@ -150,8 +150,8 @@ class StreamSpec:
     processing_time: str | None = None  # this query's interval (processing_time); None: the run's
     collect: Callable[[], int] = _none_arrived
     # Tables by name, for a chained continuous run (`lakehouse.continuous`): a query drains only
-    # when a table it reads was written in the cycle. None: not known (it drains whenever its
-    # upstream stage read anything; a query writing unknown tables makes every later one drain).
+    # when a table it reads was written in the cycle. None: not known (`reads`: it drains when
+    # the cycle wrote anything; `writes`: a query that read rows makes every later one drain).
     reads: tuple[str, ...] | None = None
     writes: tuple[str, ...] | None = None
 
@@ -257,7 +257,7 @@ class Stream:
 
     def rows_read(self) -> int | None:
         """Input rows over the batches its queries still report (`recentProgress`, the last 100
-        each); None when a query reports no progress list at all (nothing known: assume rows)."""
+        each); None when a query's progress is missing or cannot be read (nothing known: assume rows)."""
         total = 0
         for query in self.queries():
             try:

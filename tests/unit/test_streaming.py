@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Callable
 
 import pytest
@@ -452,36 +453,42 @@ def test_a_chained_run_ends_at_its_timeout_and_waits_out_its_period() -> None:
     assert 2 <= report.cycles <= 3  # a cycle begins at most every 0.4 s
 
 
+def _reading_spec(name: str, rows: list[int], log: list[str], stop_at_last: Any = None, **tables: Any) -> StreamSpec:
+    """A spec whose n-th drain's query reports `rows[n]` input rows; its last build sets
+    `stop_at_last` (a threading.Event) when given. `tables`: its `reads` / `writes`."""
+    reads = iter(rows)
+    builds = {"n": 0}
+
+    def build() -> FakeWriter:
+        log.append(f"build {name}")
+        builds["n"] += 1
+        if stop_at_last is not None and builds["n"] == len(rows):
+            stop_at_last.set()
+        read = next(reads)
+
+        def query() -> FakeQuery:
+            fake = FakeQuery([True], name, log)
+            fake.recentProgress = [SimpleNamespace(numInputRows=read)]  # type: ignore[attr-defined]
+            return fake
+
+        return FakeWriter(query)
+
+    return StreamSpec(name=name, query_name=f"q_{name}", checkpoint=Path("/cp") / name, build=build, **tables)
+
+
 def test_a_chained_run_skips_the_stages_whose_upstream_read_nothing() -> None:
     """Bronze reads rows in the first and third cycles only: silver and gold drain in those
     (the first because nothing is known of what the lake held before the run), not in the second."""
     import threading
-    from types import SimpleNamespace
-
     from lakehouse.continuous import ContinuousReport, run_cycles
 
     log: list[str] = []
     stop = threading.Event()
-
-    def spec(name: str, rows: list[int]) -> StreamSpec:
-        reads = iter(rows)
-
-        def build() -> FakeWriter:
-            log.append(f"build {name}")
-            if name == "bronze" and sum(line == "build bronze" for line in log) == len(rows):
-                stop.set()  # the last cycle's bronze drain is the last drain
-            read = next(reads)
-
-            def query() -> FakeQuery:
-                fake = FakeQuery([True], name, log)
-                fake.recentProgress = [SimpleNamespace(numInputRows=read)]  # type: ignore[attr-defined]
-                return fake
-
-            return FakeWriter(query)
-
-        return StreamSpec(name=name, query_name=f"q_{name}", checkpoint=Path("/cp") / name, build=build)
-
-    stages = [("bronze", [spec("bronze", [5, 0, 7, 0])]), ("silver", [spec("silver", [5, 7, 0])]), ("gold", [spec("gold", [3, 4])])]
+    stages = [
+        ("bronze", [_reading_spec("bronze", [5, 0, 7, 0], log, stop)]),  # the last cycle's bronze drain is the last drain
+        ("silver", [_reading_spec("silver", [5, 7, 0], log)]),
+        ("gold", [_reading_spec("gold", [3, 4], log)]),
+    ]
     said: list[str] = []
     run_cycles(stages, 0.0, "1 second", ContinuousReport(None, None, None), timeout_s=None, say=said.append,
                policy=CONTINUOUS_POLICY, stop=stop, metrics=None)
@@ -494,36 +501,17 @@ def test_a_chained_run_drains_only_the_queries_downstream_of_what_changed() -> N
     """Two sources: in the second cycle only the first one's topic had records, so only its
     silver query drains, and the view that reads only the second source's silver table does not."""
     import threading
-    from types import SimpleNamespace
-
     from lakehouse.continuous import ContinuousReport, run_cycles
 
     log: list[str] = []
     stop = threading.Event()
-
-    def spec(name: str, rows: list[int], reads: tuple[str, ...], writes: tuple[str, ...]) -> StreamSpec:
-        reads_left = iter(rows)
-
-        def build() -> FakeWriter:
-            log.append(f"build {name}")
-            if name == "bronze_a" and sum(line == "build bronze_a" for line in log) == len(rows):
-                stop.set()
-            read = next(reads_left)
-
-            def query() -> FakeQuery:
-                fake = FakeQuery([True], name, log)
-                fake.recentProgress = [SimpleNamespace(numInputRows=read)]  # type: ignore[attr-defined]
-                return fake
-
-            return FakeWriter(query)
-
-        return StreamSpec(name=name, query_name=f"q_{name}", checkpoint=Path("/cp") / name, build=build,
-                          reads=reads, writes=writes)
-
     stages = [
-        ("bronze", [spec("bronze_a", [5, 3, 0, 0], (), ("b.a",)), spec("bronze_b", [5, 0, 0, 0], (), ("b.b",))]),
-        ("silver", [spec("silver_a", [5, 3], ("b.a",), ("s.a", "s.a_history")), spec("silver_b", [5], ("b.b",), ("s.b",))]),
-        ("gold", [spec("gold_b", [4], ("s.b",), ()), spec("gold_ab", [4, 3], ("s.a", "s.b"), ())]),
+        ("bronze", [_reading_spec("bronze_a", [5, 3, 0, 0], log, stop, reads=(), writes=("b.a",)),
+                    _reading_spec("bronze_b", [5, 0, 0, 0], log, reads=(), writes=("b.b",))]),
+        ("silver", [_reading_spec("silver_a", [5, 3], log, reads=("b.a",), writes=("s.a", "s.a_history")),
+                    _reading_spec("silver_b", [5], log, reads=("b.b",), writes=("s.b",))]),
+        ("gold", [_reading_spec("gold_b", [4], log, reads=("s.b",), writes=()),
+                  _reading_spec("gold_ab", [4, 3], log, reads=("s.a", "s.b"), writes=())]),
     ]
     said: list[str] = []
     run_cycles(stages, 0.0, "1 second", ContinuousReport(None, None, None), timeout_s=None, say=said.append,
@@ -560,8 +548,6 @@ def test_a_query_drains_when_a_table_it_reads_was_written_or_it_cannot_be_told()
 
 
 def test_a_drain_wrote_the_tables_of_the_queries_that_read_rows() -> None:
-    from types import SimpleNamespace
-
     from lakehouse.continuous import EVERYTHING, written_tables
 
     def stream(rows: int | None, writes: tuple[str, ...] | None) -> Any:
@@ -574,8 +560,6 @@ def test_a_drain_wrote_the_tables_of_the_queries_that_read_rows() -> None:
 
 
 def test_a_stream_counts_the_rows_its_queries_read_and_says_none_when_it_cannot_tell() -> None:
-    from types import SimpleNamespace
-
     from lakehouse.streaming import Stream
 
     class Unreadable:
