@@ -36,10 +36,11 @@ KAFKA_METRICS_NPE = ('"scala.Option.get()" is null', "IterableOps.map")
 MAX_RESTARTS = 3
 # Spark Connect starts a Python process for a foreachBatch query and waits a fixed 10 s for it
 # to connect back (PythonWorkerFactory, not configurable in Spark 4.1); a busy server misses it.
-# Nothing has started then, so starting the query again is safe.
+# Nothing has started then, so starting the query again is safe. The waits double (2, 4, 8,
+# 16 s): three tries 2 s apart all missed it at a busy suite's start (stop 34's CI).
 WORKER_CONNECT_TIMEOUT = "Python worker failed to connect back"
-START_ATTEMPTS = 3
-START_RETRY_WAIT_S = 2.0
+START_ATTEMPTS = 5
+START_RETRY_WAIT_S = 2.0  # before the second attempt; doubled before each later one
 STOP_GRACE_S = 120.0  # how long a graceful stop waits for a running micro-batch to finish
 
 
@@ -182,7 +183,7 @@ class Stream:
     def start(self) -> None:
         """Build the writer, set checkpoint, name and trigger, start it, tell the handler its id.
         A start whose foreachBatch worker missed Spark Connect's connect-back timeout is tried
-        again (up to START_ATTEMPTS in all, START_RETRY_WAIT_S apart)."""
+        again (up to START_ATTEMPTS in all, after START_RETRY_WAIT_S, then twice as long each time)."""
         for attempt in range(1, START_ATTEMPTS + 1):
             try:
                 writer = (
@@ -199,7 +200,7 @@ class Stream:
                     raise self.spec.failed(exc) from exc
                 log.warning("%s: starting again (attempt %d of %d): %s",
                             self.spec.name, attempt + 1, START_ATTEMPTS, first_line(exc))
-                time.sleep(START_RETRY_WAIT_S)
+                time.sleep(START_RETRY_WAIT_S * 2 ** (attempt - 1))
         self.spec.started(str(self.query.id))
 
     def stop(self) -> None:

@@ -17,6 +17,7 @@ from lakehouse.streaming import (
     KAFKA_METRICS_NPE,
     MAX_RESTARTS,
     START_ATTEMPTS,
+    START_RETRY_WAIT_S,
     WORKER_CONNECT_TIMEOUT,
     RestartPolicy,
     StreamSpec,
@@ -266,11 +267,14 @@ def _worker_timeout() -> JvmError:
     return JvmError(f"[PYTHON_WORKER] {WORKER_CONNECT_TIMEOUT}.", "Caused by: java.net.SocketTimeoutException")
 
 
-def test_a_start_whose_foreach_batch_worker_missed_the_connect_back_is_tried_again(monkeypatch) -> None:
-    monkeypatch.setattr("lakehouse.streaming.START_RETRY_WAIT_S", 0.0)
+def test_a_start_whose_foreach_batch_worker_missed_the_connect_back_is_tried_again_waiting_longer_each_time(monkeypatch) -> None:
+    waits: list[float] = []
+    monkeypatch.setattr("lakehouse.streaming.time.sleep", waits.append)
     log: list[str] = []
     run_streams([_failing_starts("a", [_worker_timeout()] * (START_ATTEMPTS - 1), log)], "available_now", "1 second")
     assert log == ["build a"] * START_ATTEMPTS  # started on the last attempt and drained
+    retry_waits = [w for w in waits if w >= START_RETRY_WAIT_S]  # the drain's own polls wait less
+    assert retry_waits == [START_RETRY_WAIT_S * 2**i for i in range(START_ATTEMPTS - 1)]
 
 
 def test_start_attempts_are_limited_and_other_start_errors_are_not_retried(monkeypatch) -> None:
