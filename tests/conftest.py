@@ -37,9 +37,16 @@ os.environ.setdefault("CDC_ENRICH_JVM_OPTIONS", "-XX:TieredStopAtLevel=1")
 # the eight specs above, alternately, 232 s and 232 s against 263 s and 260 s with Derby's.
 # The job processes that the e2e and Connect tests start run the production settings (but for
 # the JIT tier above).
+# Their frames are also read in one partition (a DataFrame built from Python rows, a shuffle):
+# each stage is then one task, whose binary (interpreted plans are large object graphs) is
+# deserialized once instead of two to four times, and a broadcast's job runs one task. Measured
+# on test_composite_primary_key's two batches, repeated in one session (the 2nd-4th repetition):
+# 9.6-11.6 s a batch, 8.6-9.4 s of it inside Spark jobs, with 4 and 2 partitions; 7.1-9.1 s and
+# 4.6-5.3 s with 1 (its 26 broadcast jobs: 12.3 s against 4.3 s).
 IN_PROCESS_SPARK_CONF = {
     "spark.sql.catalogImplementation": "in-memory",
-    "spark.sql.shuffle.partitions": "2",
+    "spark.sql.shuffle.partitions": "1",
+    "spark.default.parallelism": "1",
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
     "spark.sql.codegen.wholeStage": "false",
     "spark.sql.ui.explainMode": "simple",  # the plan text each query posts to the (disabled) UI
