@@ -37,12 +37,13 @@ os.environ.setdefault("CDC_ENRICH_JVM_OPTIONS", "-XX:TieredStopAtLevel=1")
 # the eight specs above, alternately, 232 s and 232 s against 263 s and 260 s with Derby's.
 # The job processes that the e2e and Connect tests start run the production settings (but for
 # the JIT tier above).
-# Their frames are also read in one partition (a DataFrame built from Python rows, a shuffle):
+# The in-process tests read their frames in one partition (a DataFrame built from Python rows, a shuffle):
 # each stage is then one task, whose binary (interpreted plans are large object graphs) is
 # deserialized once instead of two to four times, and a broadcast's job runs one task. Measured
 # on test_composite_primary_key's two batches, repeated in one session (the 2nd-4th repetition):
-# 9.6-11.6 s a batch, 8.6-9.4 s of it inside Spark jobs, with 4 and 2 partitions; 7.1-9.1 s and
-# 4.6-5.3 s with 1 (its 26 broadcast jobs: 12.3 s against 4.3 s).
+# 9.6-11.6 s a batch and 8.6-9.4 s a repetition inside Spark jobs with a default parallelism of 4
+# and 2 shuffle partitions; 7.1-9.1 s and 4.6-5.3 s with 1 and 1 (its 26 broadcast jobs a
+# repetition: 12.3 s against 4.3 s over three). The suite on two workers: pytest 2,055 s, then 1,687 s.
 IN_PROCESS_SPARK_CONF = {
     "spark.sql.catalogImplementation": "in-memory",
     "spark.sql.shuffle.partitions": "1",
