@@ -44,6 +44,12 @@ START_RETRY_WAIT_S = 2.0  # before the second attempt; doubled before each later
 STOP_GRACE_S = 120.0  # how long a graceful stop waits for a running micro-batch to finish
 
 
+def doubling_wait(first_s: float, n: int, cap_s: float = 60.0) -> float:
+    """The n-th wait (from 0) of a backoff that starts at `first_s` and doubles, capped at `cap_s`:
+    a restart's and a retried start's."""
+    return min(cap_s, first_s * 2**n)
+
+
 @dataclass(frozen=True)
 class RestartPolicy:
     """Which failed queries are started again, and how often.
@@ -67,7 +73,7 @@ class RestartPolicy:
         return self.any_failure and not isinstance(exc, CdcEnrichError) and not _project_error_inside(exc)
 
     def wait_s(self, restarts: int) -> float:
-        return min(self.max_backoff_s, self.backoff_s * (2 ** restarts)) if self.backoff_s else 0.0
+        return doubling_wait(self.backoff_s, restarts, self.max_backoff_s)
 
 
 DRAIN_POLICY = RestartPolicy()
@@ -200,7 +206,7 @@ class Stream:
                     raise self.spec.failed(exc) from exc
                 log.warning("%s: starting again (attempt %d of %d): %s",
                             self.spec.name, attempt + 1, START_ATTEMPTS, first_line(exc))
-                time.sleep(START_RETRY_WAIT_S * 2 ** (attempt - 1))
+                time.sleep(doubling_wait(START_RETRY_WAIT_S, attempt - 1))
         self.spec.started(str(self.query.id))
 
     def stop(self) -> None:
