@@ -286,13 +286,13 @@ def _maintain_subscriptions(
         if left.name not in changes:
             continue
         table = subscription_table(pipeline, left, fk.name)
+        shared = subscription_txn(left, table) if subscription_txn else None
+        tag, tag_version = shared if shared else (app_id(table) if app_id else None, version)
         # computed once (MERGE then reads it twice without copying it first)
         updates = subscription_updates(changes[left.name], left, fk).localCheckpoint(eager=True)
         rows, ranges = count_and_ranges(updates, left.primary_key[0], KEY_COLLECT_LIMIT)
         if rows == 0:
             continue
-        shared = subscription_txn(left, table) if subscription_txn else None
-        tag, tag_version = shared if shared else (app_id(table) if app_id else None, version)
         if tables_may_be_empty and num_files(session, table) == 0:
             # a first fill, in fk ranges: "who subscribes to these parents" then reads few files
             written += fill_subscriptions(session, table, updates, left, fk, rows, tag, tag_version)
