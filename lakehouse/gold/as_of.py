@@ -389,7 +389,6 @@ def process_as_of(
     version: int | None = None,
     gold_may_be_empty: bool = True,
     change_rows: Mapping[str, int] | None = None,  # noqa: ARG001 - the kinds' shared signature (`runner.process_changes`)
-    subscription_txn: Callable[..., tuple[str, int] | None] | None = None,  # noqa: ARG001 - the same
 ) -> dict[str, Any]:
     """Maintain one as-of view for one batch of change rows (per source, flat columns; the
     events' current feed and the joined sources' history feeds): gold, then the index. Every

@@ -157,11 +157,6 @@ def num_files(spark: SparkSession, table: str) -> int:
     return int(spark.sql(f"DESCRIBE DETAIL {table}").first()["numFiles"])
 
 
-def table_id(spark: SparkSession, table: str) -> str:
-    """A Delta table's id: new when a table of the same name is created again (metadata only)."""
-    return str(spark.sql(f"DESCRIBE DETAIL {table}").first()["id"])
-
-
 def append_tagged(rows: DataFrame, table: str, app_id: str | None = None, version: int | None = None) -> int:
     """Append `rows` to `table` under the batch's txn tag (`tables.delta_txn`); the rows written,
     from the commit's metrics (0 when the tag was applied already and Delta skipped the append)."""

@@ -34,7 +34,6 @@ from lakehouse.gold.delta import (
     merge_into_gold,
     merge_subscriptions,
     recent_table_rows,
-    table_id,
     table_rows,
 )
 from lakehouse.gold.frames import (
@@ -147,7 +146,6 @@ class _ViewMaintainer:
         self.mailbox = mailbox
         self.query_id: str | None = None
         self.run_a_batch = False  # after one batch, gold is known filled (or the MERGE path fills it)
-        self.table_ids: dict[str, str] = {}  # silver tables' Delta ids, read once per query run
 
     @property
     def query_name(self) -> str:
@@ -160,29 +158,11 @@ class _ViewMaintainer:
             self.query_id = query_id(self.checkpoint, session)
         return f"cdc-enrich/{self.pipeline.name}/gold_{self.plan.view.name}/{self.query_id}/{target}"
 
-    def subscription_txn(self, session: SparkSession, through: Mapping[str, int]) -> Callable[[Source, str], tuple[str, int] | None]:
-        """The commit tag of a subscription MERGE, shared by every view that follows the relation:
-        (the left silver table's identity and the subscription table, the newest silver version of
-        the batch's left rows). A view's stream reads every version of that table in order, so a
-        MERGE tagged with version V leaves the table reflecting every version up to V, and Delta
-        skips a later MERGE tagged with V or less, another view's batch of the same changes."""
-
-        def txn(left: Source, table: str) -> tuple[str, int] | None:
-            if left.name not in through:
-                return None
-            silver = silver_current_table(self.pipeline, left)
-            if silver not in self.table_ids:
-                self.table_ids[silver] = table_id(session, silver)
-            return f"cdc-enrich/{self.pipeline.name}/subscriptions/{self.table_ids[silver]}/{table}", through[left.name]
-
-        return txn
-
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
         session = batch_df.sparkSession
         batch = batch_df.localCheckpoint(eager=False)  # kept by the count below, then split by source
-        facts = batch.groupBy("_source").agg(F.count(F.lit(1)).alias("rows"), F.max("_commit_version").alias("through")).collect()
-        counts = {r["_source"]: r["rows"] for r in facts}
+        counts = {r["_source"]: r["count"] for r in batch.groupBy("_source").count().collect()}
         if not counts:
             return
         read_seconds = time.monotonic() - started
@@ -196,7 +176,6 @@ class _ViewMaintainer:
             version=batch_id,
             gold_may_be_empty=not self.run_a_batch,
             change_rows=counts,
-            subscription_txn=self.subscription_txn(session, {r["_source"]: int(r["through"]) for r in facts}),
         )
         self.run_a_batch = True
         changes = sum(counts.values())
@@ -242,7 +221,6 @@ def process_changes(
     version: int | None = None,
     gold_may_be_empty: bool = True,
     change_rows: Mapping[str, int] | None = None,
-    subscription_txn: Callable[[Source, str], tuple[str, int] | None] | None = None,
 ) -> dict[str, Any]:
     """Maintain one view for one batch of silver change rows (per source, flat columns).
 
@@ -254,12 +232,8 @@ def process_changes(
     its first batch has run, since the MERGE path is right on any table, only slower to fill one.
     `change_rows` (rows per source in the batch, which the stream counts anyway) bounds each
     source's changed keys from above, so a small batch skips counting them for the cost model.
-    `subscription_txn` (left source, subscription table) -> a commit tag shared by the views that
-    follow the relation (`_ViewMaintainer.subscription_txn`); None or a None tag: the view's own.
     """
-    written, sub_seconds = _maintain_subscriptions(
-        session, pipeline, plan, changes, app_id, version, gold_may_be_empty, subscription_txn
-    )
+    written, sub_seconds = _maintain_subscriptions(session, pipeline, plan, changes, app_id, version, gold_may_be_empty)
     stats = _refresh_gold(session, pipeline, plan, changes, app_id, version, gold_may_be_empty, change_rows)
     stats["subscriptions_written"] = written
     stats["phases"]["subscriptions"] = sub_seconds
@@ -274,20 +248,15 @@ def _maintain_subscriptions(
     app_id: Callable[[str], str] | None,
     version: int | None,
     tables_may_be_empty: bool = True,
-    subscription_txn: Callable[[Source, str], tuple[str, int] | None] | None = None,
 ) -> tuple[int, float]:
     """MERGE this batch's subscription moves into every relation the view follows: (rows, seconds).
-    An empty subscription table (`tables_may_be_empty`: not yet known filled) is appended to.
-    Each write is tagged with `subscription_txn`'s shared tag when it gives one, so the same
-    changes MERGEd by another view's batch are skipped by Delta; else with the view's own."""
+    An empty subscription table (`tables_may_be_empty`: not yet known filled) is appended to."""
     started = time.monotonic()
     written = 0
     for left, fk in plan.relations:
         if left.name not in changes:
             continue
         table = subscription_table(pipeline, left, fk.name)
-        shared = subscription_txn(left, table) if subscription_txn else None
-        tag, tag_version = shared if shared else (app_id(table) if app_id else None, version)
         # computed once (MERGE then reads it twice without copying it first)
         updates = subscription_updates(changes[left.name], left, fk).localCheckpoint(eager=True)
         rows, ranges = count_and_ranges(updates, left.primary_key[0], KEY_COLLECT_LIMIT)
@@ -295,11 +264,11 @@ def _maintain_subscriptions(
             continue
         if tables_may_be_empty and num_files(session, table) == 0:
             # a first fill, in fk ranges: "who subscribes to these parents" then reads few files
-            written += fill_subscriptions(session, table, updates, left, fk, rows, tag, tag_version)
+            written += fill_subscriptions(session, table, updates, left, fk, rows, app_id(table) if app_id else None, version)
             continue
         if rows <= BROADCAST_ROW_LIMIT:
             updates = F.broadcast(updates)
-        metrics = merge_subscriptions(session, table, updates, left, fk, tag, tag_version, ranges)
+        metrics = merge_subscriptions(session, table, updates, left, fk, app_id(table) if app_id else None, version, ranges)
         written += metrics["inserted"] + metrics["updated"] + metrics["deleted"]
     return written, time.monotonic() - started
 

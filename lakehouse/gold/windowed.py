@@ -330,7 +330,6 @@ def process_windowed(
     version: int | None = None,
     gold_may_be_empty: bool = True,  # noqa: ARG001 - the kinds' shared signature; an empty gold needs no build path here
     change_rows: Mapping[str, int] | None = None,  # noqa: ARG001 - the kinds' shared signature (`runner.process_changes`)
-    subscription_txn: Callable[..., tuple[str, int] | None] | None = None,  # noqa: ARG001 - the same
 ) -> dict[str, Any]:
     """Maintain a windowed view for one batch of its events' silver change rows (per source).
 
