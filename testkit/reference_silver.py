@@ -69,6 +69,29 @@ def create_silver_current(spark: SparkSession, pipeline: Pipeline, source: Sourc
     return name
 
 
+def silver_rows(spark: SparkSession, source: Source, changes: DataFrame | Sequence[Change]) -> DataFrame:
+    """`changes` as silver current rows (`silver_current_schema`'s columns): the newest per key,
+    a delete as the key with `_deleted = true` and a null payload."""
+    df = changes if isinstance(changes, DataFrame) else changes_frame(spark, source, changes)
+    pk = list(source.primary_key)
+    newest = Window.partitionBy(*pk).orderBy(F.col("_sequence").desc())
+    df = df.withColumn("_rank", F.row_number().over(newest)).where("_rank = 1").drop("_rank")
+    payload = [c for c in source.column_names if c not in pk]
+    deleted = F.col("_delete")
+    return df.select(
+        *[F.col(c) for c in pk],
+        *[F.when(deleted, F.lit(None)).otherwise(F.col(c)).alias(c) for c in payload],
+        F.when(deleted, F.lit(None)).otherwise(
+            F.sha2(F.to_json(F.array(*[F.col(c).cast("string") for c in source.column_names])), 256)
+        ).alias("_row_hash"),
+        F.col("_sequence"),
+        F.current_timestamp().alias("_source_ts"),
+        F.when(deleted, F.lit("d")).otherwise(F.lit("u")).alias("_op"),
+        deleted.alias("_deleted"),
+        F.current_timestamp().alias("_updated_at"),
+    )
+
+
 def apply_silver_changes(
     spark: SparkSession,
     pipeline: Pipeline,
@@ -84,25 +107,9 @@ def apply_silver_changes(
     """
     from delta.tables import DeltaTable
 
-    df = changes if isinstance(changes, DataFrame) else changes_frame(spark, source, changes)
-    pk = list(source.primary_key)
-    newest = Window.partitionBy(*pk).orderBy(F.col("_sequence").desc())
-    df = df.withColumn("_rank", F.row_number().over(newest)).where("_rank = 1").drop("_rank")
-    payload = [c for c in source.column_names if c not in pk]
-    deleted = F.col("_delete")
-    df = df.select(
-        *[F.col(c) for c in pk],
-        *[F.when(deleted, F.lit(None)).otherwise(F.col(c)).alias(c) for c in payload],
-        F.when(deleted, F.lit(None)).otherwise(
-            F.sha2(F.to_json(F.array(*[F.col(c).cast("string") for c in source.column_names])), 256)
-        ).alias("_row_hash"),
-        F.col("_sequence"),
-        F.current_timestamp().alias("_source_ts"),
-        F.when(deleted, F.lit("d")).otherwise(F.lit("u")).alias("_op"),
-        deleted.alias("_deleted"),
-        F.current_timestamp().alias("_updated_at"),
-    )
+    df = silver_rows(spark, source, changes)
     table = create_silver_current(spark, pipeline, source)
+    pk = list(source.primary_key)
     on = " AND ".join(f"t.`{c}` = s.`{c}`" for c in pk)
     values = {c: f"s.`{c}`" for c in df.columns}
     merge = DeltaTable.forName(spark, table).alias("t").merge(df.alias("s"), on)

@@ -36,7 +36,7 @@ from lakehouse.gold.analyst import analyst_view
 from lakehouse.tables import gold_table, silver_current_table, subscription_table
 from lakehouse.verify.oracle import oracle_view, silver_live_state
 from lakehouse.verify.views import diff_frames, verify_pipeline
-from testkit.reference_silver import Change, apply_silver_changes, create_silver_current
+from testkit.reference_silver import Change, apply_silver_changes, create_silver_current, silver_rows
 
 
 def variant(pipeline: Pipeline, name: str | None = None, refresh: str = "incremental") -> Pipeline:
@@ -374,12 +374,9 @@ def test_a_batch_that_ends_inside_a_silver_version_keeps_the_rest_of_it(spark, l
     apply(spark, pipeline, "orders", Change({"id": 10, "customer_id": 1, "status": "new"}, 3))
     run_gold(spark, pipeline, lake, views=["orders_enriched"])
     orders = silver_current_table(pipeline, pipeline.source("orders"))
-    now = datetime.now(timezone.utc)
-    rows = [{"id": i, "customer_id": 2, "status": "new", "_row_hash": f"h{i}", "_sequence": Decimal(i), "_source_ts": now,
-             "_op": "c", "_deleted": False, "_updated_at": now} for i in (11, 12)]
-    schema = spark.table(orders).schema
-    frame = spark.createDataFrame([{f.name: r.get(f.name) for f in schema.fields} for r in rows], schema)
-    frame.repartition(2).write.format("delta").mode("append").saveAsTable(orders)  # one commit, two files
+    new_orders = [Change({"id": i, "customer_id": 2, "status": "new"}, i) for i in (11, 12)]
+    rows = silver_rows(spark, pipeline.source("orders"), new_orders)
+    rows.repartition(2).write.format("delta").mode("append").saveAsTable(orders)  # one commit, two files
     assert spark.sql(f"DESCRIBE HISTORY {orders} LIMIT 1").first()["operationMetrics"]["numFiles"] == "2"
 
     run = run_gold(spark, pipeline, lake, views=["orders_enriched"], max_files_per_trigger=1).views["orders_enriched"]
