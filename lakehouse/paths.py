@@ -24,6 +24,14 @@ def jar_cache(kind: str) -> Path:
     return Path(base) / kind
 
 
+def jvm_class_archive() -> Path:
+    """Where `make setup` keeps the local Spark driver's class archive (`devstack.class_archive`):
+    Spark's, Scala's and Delta's classes already parsed and verified, which a driver JVM maps at
+    start instead of loading them one by one from the jars."""
+    base = os.environ.get("CDC_ENRICH_JARS") or str(REPO_ROOT / ".cache" / "jars")
+    return Path(base).parent / "jvm" / "spark-classes.jsa"
+
+
 def jars(kind: str) -> list[Path]:
     """The resolved jar files of one kind, sorted; empty when `make setup` has not run."""
     folder = jar_cache(kind)

@@ -89,3 +89,20 @@ if [ ! -f "$decoder_stamp" ] || [ ! -f .cache/jars/decoder/cdc-enrich-decoder.ja
   bash tools/build-decoder.sh .cache/jars/decoder/cdc-enrich-decoder.jar
   rm -f .cache/decoder.*; touch "$decoder_stamp"
 fi
+
+# 5. The local Spark driver's class archive (Java AppCDS, devstack/class_archive.py): every local
+#    driver maps it at start instead of loading Spark's, Scala's and Delta's classes from the jars.
+#    Redone when the JDK, the pinned packages, the jars or the workload that records it change;
+#    without it (or if building it fails) drivers only start slower.
+archive_inputs=$( { java -version 2>&1; cat pyproject.toml devstack/class_archive.py; ls .cache/jars/spark .cache/jars/decoder; } | sha256sum | cut -c1-16)
+archive_stamp=".cache/jvm.$archive_inputs"
+if [ ! -f "$archive_stamp" ] || [ ! -f .cache/jvm/spark-classes.jsa ]; then
+  echo "setup: recording the JVM class archive of a local Spark driver (about two minutes, once)"
+  mkdir -p .cache/jvm
+  if CDC_ENRICH_JVM_OPTIONS="-XX:TieredStopAtLevel=1" .venv/bin/python -m devstack.class_archive > .cache/jvm/build.log 2>&1; then
+    grep '^setup:' .cache/jvm/build.log || true
+    rm -f .cache/jvm.*; touch "$archive_stamp"
+  else
+    echo "setup: WARNING: the JVM class archive could not be built (drivers start slower); see .cache/jvm/build.log" >&2
+  fi
+fi

@@ -43,3 +43,19 @@ def test_a_table_written_in_one_process_is_found_by_name_in_the_next_and_time_tr
     assert [c.strip() for c in read.stdout.splitlines()[2].split("|")] == ["5", "3", "20"]
 
 
+
+
+def test_the_suites_driver_maps_the_class_archive_that_setup_built(spark) -> None:
+    """`make setup` records a class archive (`devstack.class_archive`) and every local driver maps
+    it: the JVM reports the archives it mapped, the JDK's own (~13 MB) plus this one (~220 MB).
+    An archive the JVM refused (another JDK, another classpath) would leave only the JDK's."""
+    from lakehouse.paths import jvm_class_archive
+
+    archive = jvm_class_archive()
+    assert archive.is_file(), f"{archive} is missing: `make setup` should have built it (see .cache/jvm/build.log)"
+    pid = spark._jvm.java.lang.ProcessHandle.current().pid()
+    info = subprocess.run(["jcmd", str(pid), "VM.info"], capture_output=True, text=True, timeout=60).stdout
+    mapped = [line for line in info.splitlines() if line.startswith("CDS archive(s) mapped at:")]
+    assert mapped, info[:2000]
+    size = int(mapped[0].split("size ")[1].split(",")[0])
+    assert size > archive.stat().st_size, (size, archive.stat().st_size)

@@ -28,3 +28,15 @@ def test_a_local_checkpoint_keeps_silver_s_app_id_across_starts(tmp_path: Path) 
     assert first.startswith("silver-") and silver_app_id(tmp_path / "c") == first
     assert silver_app_id(tmp_path / "other") != first  # a new checkpoint, a new id
     assert uncommitted_batch(tmp_path / "c") is None
+
+
+def test_a_local_driver_maps_the_class_archive_only_once_setup_has_built_it(monkeypatch, tmp_path: Path) -> None:
+    from lakehouse.paths import jvm_class_archive
+    from lakehouse.spark import class_archive_option
+
+    monkeypatch.setenv("CDC_ENRICH_JARS", str(tmp_path / "jars"))
+    assert jvm_class_archive() == tmp_path / "jvm" / "spark-classes.jsa"
+    assert class_archive_option() == ""  # no archive yet: the JVM loads classes from the jars
+    jvm_class_archive().parent.mkdir()
+    jvm_class_archive().write_bytes(b"archive")
+    assert class_archive_option() == f"-XX:SharedArchiveFile={tmp_path / 'jvm' / 'spark-classes.jsa'}"
