@@ -18,18 +18,21 @@ def lake_root(lake: str | os.PathLike[str] | None = None) -> Path:
     return Path(chosen).expanduser().resolve()
 
 
+def _jar_root() -> Path:
+    """`make setup`'s jar folder (`CDC_ENRICH_JARS` moves it); the class archive lives beside it."""
+    return Path(os.environ.get("CDC_ENRICH_JARS") or str(REPO_ROOT / ".cache" / "jars"))
+
+
 def jar_cache(kind: str) -> Path:
     """The folder holding the resolved jars of one kind ("spark" or "kafka")."""
-    base = os.environ.get("CDC_ENRICH_JARS") or str(REPO_ROOT / ".cache" / "jars")
-    return Path(base) / kind
+    return _jar_root() / kind
 
 
 def jvm_class_archive() -> Path:
     """Where `make setup` keeps the local Spark driver's class archive (`devstack.class_archive`):
     Spark's, Scala's and Delta's classes already parsed and verified, which a driver JVM maps at
     start instead of loading them one by one from the jars."""
-    base = os.environ.get("CDC_ENRICH_JARS") or str(REPO_ROOT / ".cache" / "jars")
-    return Path(base).parent / "jvm" / "spark-classes.jsa"
+    return _jar_root().parent / "jvm" / "spark-classes.jsa"
 
 
 def jars(kind: str) -> list[Path]:
