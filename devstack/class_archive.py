@@ -30,7 +30,7 @@ JVM_EXIT_TIMEOUT_S = 300.0
 
 def exercise(spark) -> None:  # noqa: ANN001 - a classic SparkSession
     """What the pipeline's drivers do first, in miniature: a Delta table with a change feed, an
-    append, a MERGE of every clause, a change-feed read, windows, joins (broadcast and shuffled),
+    append, a MERGE of every clause, a change-feed read, windows, joins (one broadcast),
     aggregates, a materialization, Kafka's source. Kept short: set-up runs it once, and the
     first Delta commands are where a fresh driver spends its start."""
     from pyspark.sql import Window

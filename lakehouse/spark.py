@@ -119,8 +119,9 @@ def local_spark_conf(lake: Path, ui: bool = False) -> dict[str, str]:
 def class_archive_option() -> str:
     """The JVM option that maps `make setup`'s class archive (`lakehouse.paths.jvm_class_archive`)
     into a local driver, or "" without one. A fresh driver then starts and runs its first Delta
-    commands sooner (a session, a table created and a MERGE: 36 s -> 22 s on 2 cores); an archive
-    the JVM cannot use (another JDK, other jars) is ignored by the JVM itself."""
+    commands sooner (a session, a table created and a MERGE on 2 cores: 39-40 s -> 30-33 s with the
+    tiered JIT, 33-35 s -> 22-23 s with C1 only); an archive the JVM cannot use (another JDK, other
+    jars) is ignored by the JVM itself."""
     archive = jvm_class_archive()
     return f"-XX:SharedArchiveFile={archive}" if archive.is_file() else ""
 
