@@ -19,7 +19,8 @@ touches (startingVersion 0, one checkpoint per view). Each micro-batch, inside f
    moves the row to the new fk (KIP-213's DELETE_KEY_NO_PROPAGATE to the old fk + subscribe to
    the new); a delete or a null fk removes it (a null fk subscribes to nothing); only a newer
    `_sequence` wins, so a replay or a lagging second view can never take a subscription back in
-   time. An update that keeps the fk writes nothing here (most changes: a status, a rename). A
+   time. An update that keeps the fk writes nothing here (most changes: a status, a rename), nor
+   does a batch whose moves another view of this process wrote already (`gold.applied`). A
    subscription exists whether or not the referenced parent exists, so a parent that arrives
    later finds its children. Tables are `CLUSTER BY` fk, and lookups of a few parents use a
    literal `IN`: "who subscribes to these parents" is KIP-213's prefix scan, pruned by file

@@ -12,6 +12,7 @@ from pyspark.sql.types import StructType
 from lakehouse.comments import apply_comments, commented, gold_comments
 from lakehouse.declaration import ForeignKey, Pipeline, Source
 from lakehouse.errors import TableLayoutError
+from lakehouse.gold.applied import APPLIED
 from lakehouse.gold.frames import HASH_LENGTH
 from lakehouse.deltasql import (
     RecentReads,
@@ -54,7 +55,9 @@ def _create_table(spark: SparkSession, name: str, schema: StructType, cluster_by
 def ensure_subscription_table(spark: SparkSession, pipeline: Pipeline, source: Source, fk: ForeignKey) -> str:
     """Create `silver._sub_<source>__<fk>` if missing, clustered by the fk columns for lookups."""
     name = subscription_table(pipeline, source, fk.name)
-    _create_table(spark, name, subscription_schema(source, fk), fk.columns, cdf=False)
+    if not spark.catalog.tableExists(name):
+        APPLIED.forget(name)  # created now: it holds none of the moves remembered under its name
+        _create_table(spark, name, subscription_schema(source, fk), fk.columns, cdf=False)
     return name
 
 

@@ -10,8 +10,9 @@ from typing import Any, Callable, Mapping, Sequence
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from lakehouse.declaration import Pipeline, Source
+from lakehouse.declaration import ForeignKey, Pipeline, Source
 from lakehouse.gold import as_of, expression_join, windowed
+from lakehouse.gold.applied import APPLIED, collected_moves
 from lakehouse.gold.clock import PhaseClock
 from lakehouse.gold.feeds import Feed, feed_fields
 from lakehouse.gold.feeds import change_stream as feeds_change_stream
@@ -262,15 +263,38 @@ def _maintain_subscriptions(
         rows, ranges = count_and_ranges(updates, left.primary_key[0], KEY_COLLECT_LIMIT)
         if rows == 0:
             continue
-        if tables_may_be_empty and num_files(session, table) == 0:
-            # a first fill, in fk ranges: "who subscribes to these parents" then reads few files
-            written += fill_subscriptions(session, table, updates, left, fk, rows, app_id(table) if app_id else None, version)
-            continue
-        if rows <= BROADCAST_ROW_LIMIT:
-            updates = F.broadcast(updates)
-        metrics = merge_subscriptions(session, table, updates, left, fk, app_id(table) if app_id else None, version, ranges)
-        written += metrics["inserted"] + metrics["updated"] + metrics["deleted"]
+        app = application_id(session)
+        with APPLIED.writing(app, table):  # another view's write of this table in this process first
+            moves = collected_moves(updates, rows)
+            if moves is not None and not APPLIED.missing(app, table, moves):
+                continue  # every move is in the table already: the MERGE would change nothing
+            written += _write_subscriptions(session, table, updates, left, fk, rows, ranges, app_id, version, tables_may_be_empty)
+            if moves is not None:
+                APPLIED.record(app, table, moves)
     return written, time.monotonic() - started
+
+
+def _write_subscriptions(
+    session: SparkSession,
+    table: str,
+    updates: DataFrame,
+    left: Source,
+    fk: ForeignKey,
+    rows: int,
+    ranges: Sequence[KeyRange] | None,
+    app_id: Callable[[str], str] | None,
+    version: int | None,
+    table_may_be_empty: bool,
+) -> int:
+    """One batch's subscription moves into `table`: a first fill when it holds no file, else a MERGE; rows written."""
+    txn = app_id(table) if app_id else None
+    if table_may_be_empty and num_files(session, table) == 0:
+        # a first fill, in fk ranges: "who subscribes to these parents" then reads few files
+        return fill_subscriptions(session, table, updates, left, fk, rows, txn, version)
+    if rows <= BROADCAST_ROW_LIMIT:
+        updates = F.broadcast(updates)
+    metrics = merge_subscriptions(session, table, updates, left, fk, txn, version, ranges)
+    return metrics["inserted"] + metrics["updated"] + metrics["deleted"]
 
 
 def _refresh_gold(

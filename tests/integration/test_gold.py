@@ -363,6 +363,34 @@ def test_runs_are_idempotent_and_a_replayed_batch_writes_nothing_twice(spark, la
     assert_gold_equals_oracle(spark, pipeline, ["orders_enriched"])
 
 
+def test_views_that_follow_one_relation_write_its_subscription_moves_once(spark, lake: Path, shop_pipeline: Pipeline):
+    """orders_enriched and order_items_enriched both follow orders.customer, through one
+    subscription table. Whichever view's batch comes second in this process finds its moves
+    written already and leaves the table alone (no MERGE, no commit); a batch with a move not
+    written yet writes it; both views stay equal to the SQL join."""
+    pipeline = variant(shop_pipeline)
+    create_silver(spark, pipeline)
+    apply(spark, pipeline, "customers", Change({"id": 1, "name": "ann"}, 1), Change({"id": 2, "name": "bob"}, 2))
+    apply(spark, pipeline, "orders", Change({"id": 10, "customer_id": 1, "status": "new"}, 3))
+    apply(spark, pipeline, "order_items", Change(
+        {"order_id": 10, "line_no": 1, "product_id": 5, "quantity": 1, "unit_price": Decimal("2.00")}, 4))
+    sub = subscription_table(pipeline, pipeline.source("orders"), "customer")
+
+    run_gold(spark, pipeline, lake, views=["orders_enriched"])
+    filled = table_version(spark, sub)
+    items = run_gold(spark, pipeline, lake, views=["order_items_enriched"]).views["order_items_enriched"]
+    assert items.batches == 1 and table_version(spark, sub) == filled  # the same orders moves: nothing to write
+
+    apply(spark, pipeline, "orders", Change({"id": 10, "customer_id": 2, "status": "new"}, 5))  # a move
+    items = run_gold(spark, pipeline, lake, views=["order_items_enriched"]).views["order_items_enriched"]
+    assert items.subscriptions_written > 0 and table_version(spark, sub) == filled + 1
+    orders = run_gold(spark, pipeline, lake, views=["orders_enriched"]).views["orders_enriched"]
+    assert orders.batches == 1 and orders.subscriptions_written == 0 and table_version(spark, sub) == filled + 1
+    assert [r["customer_id"] for r in spark.table(sub).where("id = 10").collect()] == [2]
+    assert_gold_equals_oracle(spark, pipeline, ["orders_enriched", "order_items_enriched"])
+    assert {r["customer_name"] for r in spark.table(gold_table(pipeline, "order_items_enriched")).collect()} == {"bob"}
+
+
 def test_a_batch_that_ends_inside_a_silver_version_keeps_the_rest_of_it(spark, lake: Path, shop_pipeline: Pipeline):
     """Delta's change-feed source admits a commit without CDC files (an append, an insert-only
     MERGE) file by file, so a batch can end inside a silver version: the next batch's part of it
