@@ -8,6 +8,7 @@ the streaming silver stage. Every test uses its own schemas.
 from __future__ import annotations
 
 import dataclasses
+import shutil
 import uuid
 from datetime import datetime, timezone
 from decimal import Decimal
@@ -435,6 +436,32 @@ def test_verify_reports_missing_extra_different_and_stale_rows(spark, lake: Path
     assert not bad.ok
     assert (check.diff.missing, check.diff.extra, check.diff.different, check.stale_hashes) == (1, 1, 1, 1)
     assert "missing (order_id=10)" in bad.render() and "status: expected 'new', gold 'lost'" in bad.render()
+
+
+def test_a_view_rebuilt_in_the_same_process_is_built_again_whole(spark, lake: Path, shop_pipeline: Pipeline):
+    """Dropping gold, its subscription table and its checkpoint rebuilds the view (README); the
+    process that wrote the old tables' moves (`gold.applied`) must fill the new ones anew: the
+    whole view appended, every subscription written again."""
+    pipeline = variant(shop_pipeline)
+    create_silver(spark, pipeline)
+    apply(spark, pipeline, "customers", Change({"id": 1, "name": "ann"}, 1))
+    apply(spark, pipeline, "orders", Change({"id": 10, "customer_id": 1, "status": "new"}, 2),
+          Change({"id": 11, "customer_id": 1, "status": "new"}, 3))
+    assert run_gold(spark, pipeline, lake, views=["orders_enriched"]).views["orders_enriched"].paths == {"build": 1}
+    apply(spark, pipeline, "orders", Change({"id": 12, "customer_id": 1, "status": "new"}, 4))
+    assert run_gold(spark, pipeline, lake, views=["orders_enriched"]).views["orders_enriched"].paths == {"incremental": 1}
+    table, sub = gold_table(pipeline, "orders_enriched"), subscription_table(pipeline, pipeline.source("orders"), "customer")
+    for name in (table, sub):
+        spark.sql(f"DROP TABLE {name}")
+    shutil.rmtree(checkpoint_dir(lake, pipeline.name, "gold_orders_enriched"))
+
+    again = run_gold(spark, pipeline, lake, views=["orders_enriched"]).views["orders_enriched"]
+    assert again.paths == {"build": 1} and again.inserted == 3 and again.subscriptions_written == 3
+    assert sorted(r["id"] for r in spark.table(sub).collect()) == [10, 11, 12]
+    apply(spark, pipeline, "customers", Change({"id": 1, "name": "anne"}, 5))  # found through the new subscriptions
+    run_gold(spark, pipeline, lake, views=["orders_enriched"])
+    assert_gold_equals_oracle(spark, pipeline, ["orders_enriched"])
+    assert {r["customer_name"] for r in spark.table(table).collect()} == {"anne"}
 
 
 def test_gold_refresh_job_runs_one_view(spark, lake: Path, shop_pipeline_path: Path, tmp_path: Path):
