@@ -25,8 +25,9 @@ from pyspark.sql import DataFrame
 
 #: Batches of at most this many moves are collected to the driver and remembered.
 REMEMBERED_BATCH_ROWS = 5_000
-#: Moves remembered per table (the oldest are forgotten first).
-REMEMBERED_ROWS_PER_TABLE = 200_000
+#: Moves remembered per table, the oldest forgotten first: ten of the largest batches remembered,
+#: enough for the other views' batches of the same changes (a few hundred bytes a move).
+REMEMBERED_ROWS_PER_TABLE = 50_000
 
 _Move = tuple
 
