@@ -83,8 +83,7 @@ class AppliedMoves:
 APPLIED = AppliedMoves()
 
 
-def collected_moves(updates: DataFrame, rows: int) -> list[_Move] | None:
-    """The batch's moves as tuples when it is small enough to remember (`rows` counted), else None."""
-    if rows > REMEMBERED_BATCH_ROWS:
-        return None
-    return [tuple(r) for r in updates.collect()]
+def collected_moves(updates: DataFrame) -> list[_Move] | None:
+    """The batch's moves as tuples when they are few enough to remember (one Spark job), else None."""
+    rows = updates.limit(REMEMBERED_BATCH_ROWS + 1).collect()
+    return [tuple(r) for r in rows] if len(rows) <= REMEMBERED_BATCH_ROWS else None

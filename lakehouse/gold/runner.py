@@ -44,7 +44,7 @@ from lakehouse.gold.frames import (
     recompute_differences,
     subscription_updates,
 )
-from lakehouse.gold.layout import KeyRange, clustered, count_and_ranges, range_predicate
+from lakehouse.gold.layout import KeyRange, clustered, count_and_ranges, key_ranges, range_predicate
 from lakehouse.gold.plan import (
     BROADCAST_ROW_LIMIT,
     KEY_COLLECT_LIMIT,
@@ -260,12 +260,16 @@ def _maintain_subscriptions(
         table = subscription_table(pipeline, left, fk.name)
         # computed once (MERGE then reads it twice without copying it first)
         updates = subscription_updates(changes[left.name], left, fk).localCheckpoint(eager=True)
-        rows, ranges = count_and_ranges(updates, left.primary_key[0], KEY_COLLECT_LIMIT)
+        moves = collected_moves(updates)  # a small batch's rows: its count and key ranges too
+        if moves is not None:
+            key = updates.columns.index(left.primary_key[0])
+            rows, ranges = len(moves), key_ranges(m[key] for m in moves)
+        else:
+            rows, ranges = count_and_ranges(updates, left.primary_key[0], KEY_COLLECT_LIMIT)
         if rows == 0:
             continue
         app = application_id(session)
         with APPLIED.writing(app, table):  # another view's write of this table in this process first
-            moves = collected_moves(updates, rows)
             if moves is not None and not APPLIED.missing(app, table, moves):
                 continue  # every move is in the table already: the MERGE would change nothing
             written += _write_subscriptions(session, table, updates, left, fk, rows, ranges, app_id, version, tables_may_be_empty)
