@@ -251,7 +251,8 @@ def _maintain_subscriptions(
     tables_may_be_empty: bool = True,
 ) -> tuple[int, float]:
     """MERGE this batch's subscription moves into every relation the view follows: (rows, seconds).
-    An empty subscription table (`tables_may_be_empty`: not yet known filled) is appended to."""
+    An empty subscription table (`tables_may_be_empty`: not yet known filled) is appended to; a
+    table this process already wrote every one of the moves to is left alone (`gold.applied`)."""
     started = time.monotonic()
     written = 0
     for left, fk in plan.relations:
