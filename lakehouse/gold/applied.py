@@ -26,7 +26,7 @@ from pyspark.sql import DataFrame
 #: Batches of at most this many moves are collected to the driver and remembered.
 REMEMBERED_BATCH_ROWS = 5_000
 #: Moves remembered per table, the oldest forgotten first: ten of the largest batches remembered,
-#: enough for the other views' batches of the same changes (a few hundred bytes a move).
+#: enough for the other views' batches of the same changes.
 REMEMBERED_ROWS_PER_TABLE = 50_000
 
 _Move = tuple
@@ -83,7 +83,10 @@ class AppliedMoves:
 APPLIED = AppliedMoves()
 
 
-def collected_moves(updates: DataFrame) -> list[_Move] | None:
-    """The batch's moves as tuples when they are few enough to remember (one Spark job), else None."""
+def collected_moves(updates: DataFrame, bound: int | None = None) -> list[_Move] | None:
+    """The batch's moves as tuples when they are few enough to remember (one Spark job), else
+    None; without a job when `bound` (the batch's change rows, at least its moves) says too many."""
+    if bound is not None and bound > REMEMBERED_BATCH_ROWS:
+        return None
     rows = updates.limit(REMEMBERED_BATCH_ROWS + 1).collect()
     return [tuple(r) for r in rows] if len(rows) <= REMEMBERED_BATCH_ROWS else None

@@ -234,7 +234,7 @@ def process_changes(
     `change_rows` (rows per source in the batch, which the stream counts anyway) bounds each
     source's changed keys from above, so a small batch skips counting them for the cost model.
     """
-    written, sub_seconds = _maintain_subscriptions(session, pipeline, plan, changes, app_id, version, gold_may_be_empty)
+    written, sub_seconds = _maintain_subscriptions(session, pipeline, plan, changes, app_id, version, gold_may_be_empty, change_rows)
     stats = _refresh_gold(session, pipeline, plan, changes, app_id, version, gold_may_be_empty, change_rows)
     stats["subscriptions_written"] = written
     stats["phases"]["subscriptions"] = sub_seconds
@@ -249,10 +249,12 @@ def _maintain_subscriptions(
     app_id: Callable[[str], str] | None,
     version: int | None,
     tables_may_be_empty: bool = True,
+    change_rows: Mapping[str, int] | None = None,
 ) -> tuple[int, float]:
     """MERGE this batch's subscription moves into every relation the view follows: (rows, seconds).
     An empty subscription table (`tables_may_be_empty`: not yet known filled) is appended to; a
-    table this process already wrote every one of the moves to is left alone (`gold.applied`)."""
+    table this process already wrote every one of the moves to is left alone (`gold.applied`).
+    `change_rows` (rows per source) bounds a source's moves, so a large batch is not collected."""
     started = time.monotonic()
     written = 0
     for left, fk in plan.relations:
@@ -261,7 +263,7 @@ def _maintain_subscriptions(
         table = subscription_table(pipeline, left, fk.name)
         # computed once (MERGE then reads it twice without copying it first)
         updates = subscription_updates(changes[left.name], left, fk).localCheckpoint(eager=True)
-        moves = collected_moves(updates)  # a small batch's rows: its count and key ranges too
+        moves = collected_moves(updates, (change_rows or {}).get(left.name))  # a small batch's count and key ranges too
         if moves is not None:
             key = updates.columns.index(left.primary_key[0])
             rows, ranges = len(moves), key_ranges(m[key] for m in moves)

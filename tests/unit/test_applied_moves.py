@@ -4,7 +4,6 @@ view's batch may skip, and what it must still write."""
 from __future__ import annotations
 
 import threading
-import time
 
 from lakehouse.gold.applied import AppliedMoves
 
@@ -35,20 +34,26 @@ def test_the_oldest_moves_are_forgotten_first_beyond_the_limit():
 
 def test_writes_of_one_table_wait_for_each_other_and_other_tables_do_not():
     moves = AppliedMoves()
-    order: list[str] = []
+    holding, release = threading.Event(), threading.Event()
+    entered: list[str] = []
 
-    def write(table: str, name: str, hold_s: float) -> None:
+    def first() -> None:
+        with moves.writing("app", "t"):
+            holding.set()
+            release.wait(5)
+
+    def write(table: str, name: str) -> None:
         with moves.writing("app", table):
-            order.append(f"{name} in")
-            time.sleep(hold_s)
-            order.append(f"{name} out")
+            entered.append(name)
 
-    first = threading.Thread(target=write, args=("t", "a", 0.3))
-    first.start()
-    time.sleep(0.05)
-    other = threading.Thread(target=write, args=("u", "c", 0.0))
-    second = threading.Thread(target=write, args=("t", "b", 0.0))
-    other.start(); other.join()
-    second.start(); second.join(); first.join()
-    assert order.index("c out") < order.index("a out")  # another table's write did not wait
-    assert order.index("a out") < order.index("b in")  # the same table's did
+    a = threading.Thread(target=first)
+    a.start()
+    assert holding.wait(5)
+    write("u", "other table")  # not blocked by t's write: returns at once in this thread
+    b = threading.Thread(target=write, args=("t", "same table"))
+    b.start()
+    b.join(0.3)
+    assert entered == ["other table"]  # the second write of t is still waiting
+    release.set()
+    a.join(5); b.join(5)
+    assert entered == ["other table", "same table"]
