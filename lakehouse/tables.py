@@ -209,18 +209,6 @@ TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 MERGE_MATERIALIZE_SOURCE = "spark.databricks.delta.merge.materializeSource"
 
 
-#: Markers of Delta's commit conflicts (a concurrent writer won; retrying an idempotent write is safe):
-#: their error classes, and the package that holds only Delta's concurrency exceptions.
-COMMIT_CONFLICTS = ("DELTA_CONCURRENT_", "io.delta.exceptions.")
-
-
-def is_commit_conflict(exc: BaseException) -> bool:
-    """Whether `exc` is a Delta commit conflict, however it reached Python: delta-spark converts
-    them only after `delta.exceptions.captured` is imported, a classic session otherwise raises a
-    bare Py4JJavaError, Spark Connect its own error; all three carry the error class."""
-    return any(marker in str(exc) for marker in COMMIT_CONFLICTS)
-
-
 @contextmanager
 def delta_txn(spark: SparkSession, app_id: str | None, version: int | None) -> Iterator[None]:
     """Tag the Delta writes inside with (appId, version): a replay with the same pair is skipped

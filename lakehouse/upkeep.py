@@ -25,10 +25,11 @@ from typing import Callable
 from pyspark.sql import SparkSession
 
 from lakehouse.declaration import Pipeline
+from lakehouse.deltasql import is_commit_conflict
 from lakehouse.outcomes import outcomes_table, prune_outcomes
 from lakehouse.silver.reads import compact_history
 from lakehouse.streaming import first_line
-from lakehouse.tables import is_commit_conflict, silver_history_table
+from lakehouse.tables import silver_history_table
 
 STEPS = ("compact", "optimize", "vacuum")
 

@@ -37,7 +37,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 
 from lakehouse.declaration import Pipeline, Source, View
-from lakehouse.deltasql import create_table, matched_delete, matched_update, merge, not_matched_insert, source_values
+from lakehouse.deltasql import DELETION_VECTORS_WHEN_LARGE, create_table, matched_delete, matched_update, merge, not_matched_insert, source_values
 from lakehouse.gold import expression_join
 from lakehouse.gold.delta import append_tagged, ensure_gold_table, insert_new_rows, merge_into_gold, num_files, table_rows
 from lakehouse.gold.clock import PhaseClock
@@ -85,7 +85,7 @@ def prepare_as_of(spark: SparkSession, pipeline: Pipeline, plan: ViewPlan) -> No
     """The index and gold tables when missing, and a change feed on each joined source's history
     (turned on here when the table was made without one: the view's stream reads it from then on)."""
     create_table(spark, index_table(pipeline, plan.view), index_schema(plan),
-                 properties={"delta.enableDeletionVectors": "true"}, cluster_by=(ALIAS, KEY))
+                 properties=DELETION_VECTORS_WHEN_LARGE, cluster_by=(ALIAS, KEY))
     for source in joined_sources(plan):
         name = silver_history_table(pipeline, source)
         if spark.catalog.tableExists(name) and not _has_change_feed(spark, name):

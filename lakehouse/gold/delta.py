@@ -15,8 +15,10 @@ from lakehouse.errors import TableLayoutError
 from lakehouse.gold.applied import APPLIED
 from lakehouse.gold.frames import HASH_LENGTH
 from lakehouse.deltasql import (
+    DELETION_VECTORS_WHEN_LARGE,
     RecentReads,
     create_table,
+    is_commit_conflict,
     last_commit,
     matched_delete,
     matched_update,
@@ -36,7 +38,6 @@ from lakehouse.spark import application_id
 from lakehouse.sqltext import quote, string_literal
 from lakehouse.tables import (
     delta_txn,
-    is_commit_conflict,
     gold_table,
     silver_current_table,
     subscription_table,
@@ -46,9 +47,9 @@ from lakehouse.tables import (
 
 
 def _create_table(spark: SparkSession, name: str, schema: StructType, cluster_by: Sequence[str], cdf: bool, comment: str | None = None) -> None:
-    """Create a Delta table if missing: clustered, with deletion vectors (a MERGE that changes a
-    few rows of a large file marks them instead of rewriting the file), CDF when asked."""
-    properties = {"delta.enableDeletionVectors": "true"} | ({"delta.enableChangeDataFeed": "true"} if cdf else {})
+    """Create a Delta table if missing: clustered, with deletion vectors once large (a MERGE that
+    changes a few rows of a large file marks them instead of rewriting the file), CDF when asked."""
+    properties = DELETION_VECTORS_WHEN_LARGE | ({"delta.enableChangeDataFeed": "true"} if cdf else {})
     create_table(spark, name, schema, properties=properties, cluster_by=cluster_by, comment=comment)
 
 

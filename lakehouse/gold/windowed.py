@@ -39,7 +39,7 @@ from pyspark.sql.types import BooleanType, LongType, StringType, StructField, St
 
 from lakehouse.comments import commented, gold_comments
 from lakehouse.declaration import Pipeline, Source
-from lakehouse.deltasql import create_table, matched_delete, matched_update, merge, not_matched_insert, source_values
+from lakehouse.deltasql import DELETION_VECTORS_WHEN_LARGE, create_table, matched_delete, matched_update, merge, not_matched_insert, source_values
 from lakehouse.gold.clock import PhaseClock
 from lakehouse.gold.feeds import Feed, feed_fields
 from lakehouse.gold.frames import content_hash, latest_changes, union_all
@@ -152,14 +152,14 @@ def prepare_windowed(spark: SparkSession, pipeline: Pipeline, plan: ViewPlan) ->
     """The event tables, the clock, gold and `_late_changes` when missing."""
     for side in sides(plan):
         create_table(spark, event_table(pipeline, plan, side), event_schema(side),
-                     properties={"delta.enableDeletionVectors": "true"}, cluster_by=(KEY,))
+                     properties=DELETION_VECTORS_WHEN_LARGE, cluster_by=(KEY,))
     create_table(spark, clock_table(pipeline, plan), clock_schema())
     create_table(spark, late_changes_table(pipeline), late_changes_schema())
     comment, columns = gold_comments(pipeline, plan.view, {})
     columns = columns | {PAIR: "the pair's events: both primary keys as JSON (an unmatched row holds one)",
                          WINDOW_KEY: "the join key both events share, as JSON"}
     create_table(spark, gold_table(pipeline, plan.view.name), commented(gold_schema(plan), columns),
-                 properties={"delta.enableDeletionVectors": "true", "delta.enableChangeDataFeed": "true"},
+                 properties=DELETION_VECTORS_WHEN_LARGE | {"delta.enableChangeDataFeed": "true"},
                  cluster_by=(WINDOW_KEY,), comment=comment)
 
 

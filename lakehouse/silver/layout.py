@@ -17,7 +17,7 @@ from pyspark.sql.types import (
 
 from lakehouse.comments import apply_comments, commented, silver_comments
 from lakehouse.declaration import Pipeline, Source
-from lakehouse.deltasql import create_table
+from lakehouse.deltasql import DELETION_VECTORS_WHEN_LARGE, create_table
 from lakehouse.errors import CdcEnrichError
 from lakehouse.silver.plan import COMPACTED_BEFORE_PROPERTY, Truncate
 from lakehouse.tables import (
@@ -92,18 +92,19 @@ def ensure_silver_tables(spark: SparkSession, pipeline: Pipeline, source: Source
     """Create the silver schema, the source's current/history/TOAST tables, the shared
     truncates and late-change tables and the `<source>_live` view (idempotent).
 
-    Current has Change Data Feed on (gold streams it). Deletion vectors are on by default: a
-    MERGE then marks the changed rows instead of rewriting whole files (see bench_silver).
+    Current has Change Data Feed on (gold streams it). Deletion vectors by default once a table
+    is large (`DELETION_VECTORS_WHEN_LARGE`): a MERGE then marks the changed rows instead of
+    rewriting whole files (see bench_silver); `deletion_vectors=False` never turns them on.
     """
     schema = ".".join(p for p in (pipeline.tables.catalog, pipeline.tables.silver_schema) if p)
     spark.sql(f"CREATE SCHEMA IF NOT EXISTS {schema}")
-    dv = "true" if deletion_vectors else "false"
+    dv = DELETION_VECTORS_WHEN_LARGE if deletion_vectors else {"delta.enableDeletionVectors": "false"}
     current_comment, current_columns = silver_comments(source, history=False)
     history_comment, history_columns = silver_comments(source, history=True)
     for name, layout, props, comment, columns in (
         (silver_current_table(pipeline, source), silver_current_schema(source),
-         {"delta.enableChangeDataFeed": "true", "delta.enableDeletionVectors": dv}, current_comment, current_columns),
-        (silver_history_table(pipeline, source), silver_history_schema(source), {"delta.enableDeletionVectors": dv}, history_comment, history_columns),
+         {"delta.enableChangeDataFeed": "true", **dv}, current_comment, current_columns),
+        (silver_history_table(pipeline, source), silver_history_schema(source), dict(dv), history_comment, history_columns),
     ):
         if not _create(spark, name, commented(layout, columns), props, comment):
             apply_comments(spark, name, comment, columns)  # an existing table: only what changed

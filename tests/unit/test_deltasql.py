@@ -10,9 +10,12 @@ import pytest
 from pyspark.sql.types import ArrayType, LongType, MapType, StringType, StructField, StructType
 
 from lakehouse.deltasql import (
+    DELETION_VECTORS_WHEN_LARGE,
     REWRITE_BELOW_BYTES,
+    TableFacts,
     column_ddl,
     create_table_sql,
+    enables_deletion_vectors,
     matched_delete,
     matched_update,
     merge_sql,
@@ -101,3 +104,16 @@ def test_a_small_table_is_rewritten_by_a_merge_and_a_large_one_gets_deletion_vec
     assert rewrites_touched_files(REWRITE_BELOW_BYTES)
     assert not rewrites_touched_files(REWRITE_BELOW_BYTES + 1)
     assert not rewrites_touched_files(None)  # size unknown: Delta's default for the table
+
+
+def test_a_table_made_to_get_deletion_vectors_once_large_gets_them_past_the_rewrite_threshold_only() -> None:
+    large, small = REWRITE_BELOW_BYTES + 1, REWRITE_BELOW_BYTES
+    asks = TableFacts.of(large, DELETION_VECTORS_WHEN_LARGE)
+    assert asks == TableFacts(large, deletion_vectors=False, vectors_when_large=True)
+    assert enables_deletion_vectors(asks)
+    assert not enables_deletion_vectors(TableFacts.of(small, DELETION_VECTORS_WHEN_LARGE))  # rewritten anyway
+    assert not enables_deletion_vectors(TableFacts.of(None, DELETION_VECTORS_WHEN_LARGE))  # size unknown
+    assert not enables_deletion_vectors(TableFacts.of(large, {"delta.enableDeletionVectors": "false"}))  # never asked
+    on = TableFacts.of(large, {**DELETION_VECTORS_WHEN_LARGE, "delta.enableDeletionVectors": "true"})
+    assert on.deletion_vectors and not enables_deletion_vectors(on)  # on already
+    assert TableFacts.of(1, {"DELTA.enableDeletionVectors": "TRUE"}).deletion_vectors  # keys and values in any case

@@ -364,7 +364,7 @@ def test_a_stop_event_stops_every_query_between_batches() -> None:
 def test_a_delta_commit_conflict_is_recognised_however_it_reaches_python() -> None:
     """delta-spark converts conflicts only once `delta.exceptions.captured` is imported; before
     that a classic session raises a bare Py4JJavaError. Both carry the error class."""
-    from lakehouse.tables import is_commit_conflict
+    from lakehouse.deltasql import is_commit_conflict
 
     raw = RuntimeError("An error occurred while calling o20012.execute.\n: io.delta.exceptions.ConcurrentAppendException: "
                        "[DELTA_CONCURRENT_APPEND.WITHOUT_HINT] Transaction conflict detected.")
