@@ -86,8 +86,8 @@ and a history table property holding the compaction horizon.
 Cost per batch: the stored history and current rows of the batch's keys are read (a broadcast
 semi-join, plus min/max key predicates so Delta skips files when keys are clustered), and
 the MERGEs join on the key (and sequence) with the same predicates. Only changed rows are
-written; with deletion vectors (on by default) an update marks the old row instead of
-rewriting its file. A truncate is the exception: it touches every key alive at it.
+written; once a table is past 16 MB, deletion vectors (`DELETION_VECTORS_WHEN_LARGE`) make
+an update mark the old row instead of rewriting its file. A truncate is the exception: it touches every key alive at it.
 """
 
 from __future__ import annotations
