@@ -127,8 +127,8 @@ class RecentReads:
 
 #: Deletion vectors once a table is large. A table with Delta's deletion-vector feature pays for
 #: it in every scan and MERGE even when it holds no vector (measured, 2 cores, a tiny table just
-#: appended to: planning a filtered read 0.43 s against 0.003 s without the feature, a two-row
-#: MERGE 2.30 s against 2.02 s, medians of 20), and below `REWRITE_BELOW_BYTES` a MERGE rewrites
+#: appended to: the physical plan of a filtered read 0.43 s against 0.003 s without the feature,
+#: a two-row MERGE 2.30 s against 2.02 s, medians of 20), and below `REWRITE_BELOW_BYTES` a MERGE rewrites
 #: files instead of writing vectors anyway. So the engine's tables are created without the
 #: feature and marked `DELETION_VECTORS_WHEN_LARGE`; the first MERGE that finds one past the
 #: threshold turns the feature on (`enables_deletion_vectors`). Delta cannot drop the feature
