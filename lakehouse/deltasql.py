@@ -18,6 +18,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from decimal import Decimal
+from types import MappingProxyType
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from pyspark.sql import DataFrame, Row, SparkSession
@@ -134,7 +135,9 @@ class RecentReads:
 #: threshold turns the feature on (`enables_deletion_vectors`). Delta cannot drop the feature
 #: again without truncating history, so a table keeps it once it has it.
 DELETION_VECTORS_PROPERTY = "cdc_enrich.deletionVectors"
-DELETION_VECTORS_WHEN_LARGE = {"delta.enableDeletionVectors": "false", DELETION_VECTORS_PROPERTY: "whenLarge"}
+DELETION_VECTORS_WHEN_LARGE: Mapping[str, str] = MappingProxyType(
+    {"delta.enableDeletionVectors": "false", DELETION_VECTORS_PROPERTY: "whenLarge"}
+)
 
 
 @dataclass(frozen=True)
@@ -193,11 +196,6 @@ def table_facts(spark: SparkSession, name: str) -> TableFacts:
     return _FACTS.get(application_id(spark), [name], read)[0]
 
 
-def table_bytes(spark: SparkSession, name: str) -> int | None:
-    """The size of a Delta table's live files (`table_facts`)."""
-    return table_facts(spark, name).size_bytes
-
-
 #: Markers of Delta's commit conflicts (a concurrent writer won; retrying an idempotent write is safe):
 #: their error classes, and the package that holds only Delta's concurrency exceptions.
 COMMIT_CONFLICTS = ("DELTA_CONCURRENT_", "io.delta.exceptions.")
@@ -210,17 +208,15 @@ def is_commit_conflict(exc: BaseException) -> bool:
     return any(marker in str(exc) for marker in COMMIT_CONFLICTS)
 
 
-def turn_on_deletion_vectors(spark: SparkSession, name: str) -> bool:
-    """Turn Delta's deletion vectors on for `name` (a metadata commit); False when a concurrent
-    writer's commit won (the next MERGE tries again). Delta applies a session's txn tag to data
-    writes only, so a MERGE's tag is still its own after this commit (tests/integration/test_merge_strategy.py)."""
+def turn_on_deletion_vectors(spark: SparkSession, name: str) -> None:
+    """Turn Delta's deletion vectors on for `name` (a metadata commit); a concurrent writer's
+    commit winning leaves it to the next MERGE. Delta applies a session's txn tag to data writes
+    only, so a MERGE's tag is still its own after this commit (tests/integration/test_merge_strategy.py)."""
     try:
         spark.sql(f"ALTER TABLE {name} SET TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')")
-        return True
     except Exception as exc:  # noqa: BLE001 - only a lost race is expected here
-        if is_commit_conflict(exc):
-            return False
-        raise
+        if not is_commit_conflict(exc):
+            raise
     finally:
         _FACTS.forget(application_id(spark), name)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Mapping
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -104,7 +105,7 @@ def ensure_silver_tables(spark: SparkSession, pipeline: Pipeline, source: Source
     for name, layout, props, comment, columns in (
         (silver_current_table(pipeline, source), silver_current_schema(source),
          {"delta.enableChangeDataFeed": "true", **dv}, current_comment, current_columns),
-        (silver_history_table(pipeline, source), silver_history_schema(source), dict(dv), history_comment, history_columns),
+        (silver_history_table(pipeline, source), silver_history_schema(source), dv, history_comment, history_columns),
     ):
         if not _create(spark, name, commented(layout, columns), props, comment):
             apply_comments(spark, name, comment, columns)  # an existing table: only what changed
@@ -118,7 +119,7 @@ def ensure_silver_tables(spark: SparkSession, pipeline: Pipeline, source: Source
     )
 
 
-def _create(spark: SparkSession, name: str, schema: StructType, properties: dict[str, str], comment: str | None = None) -> bool:
+def _create(spark: SparkSession, name: str, schema: StructType, properties: Mapping[str, str], comment: str | None = None) -> bool:
     """Create the table (True), or add the columns a source gained since (a column added upstream;
     bronze adds it too; False). Existing rows read null for it. A changed type is an error."""
     if not spark.catalog.tableExists(name):
