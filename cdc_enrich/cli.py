@@ -348,6 +348,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 kwargs["fractions"] = tuple(float(f) for f in args.fractions.split(","))
             if args.workloads:
                 kwargs["workloads"] = tuple(w.strip() for w in args.workloads.split(",") if w.strip())
+            if args.refresh:
+                kwargs["refresh"] = tuple(m.strip() for m in args.refresh.split(",") if m.strip())
             results[name] = bench_gold(spark, pipeline, lake, progress=_say, **kwargs)
             _say(render_table(results[name]))
         if args.out:  # for `python -m testkit.bench.plot`
@@ -499,6 +501,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fractions", help="gold: comma list of changed shares of the fact table (default 0.0001,0.001,0.01,0.1,0.25)")
     p.add_argument("--workloads", help="gold: comma list of uniform, oltp, hot_parent (default all three); "
                                        "as_of: new_events, late_versions (default both)")
+    p.add_argument("--refresh", help="gold: comma list of options.gold_refresh modes to time side by side in every cell "
+                                     "(auto, incremental, recompute; default auto): calibrates the cost model")
     p.add_argument("--out", help="also write the result as JSON to this file (for testkit.bench.plot)")
     p.add_argument("--rates", help="freshness: comma list of records per second (default 100,500,2000)")
     p.add_argument("--schedules", help="freshness: comma list of continuous schedules, each run at every rate "

@@ -140,7 +140,8 @@ def data_dictionary(pipeline: Pipeline) -> str:
         f"- A change more than {o.late_grace_days} days behind its key's latest version is applied and recorded in "
         f"`{late_changes_table(pipeline)}`.",
         f"- Records that cannot be decoded go to `{quarantine_table(pipeline)}` with the reason; nothing is dropped.",
-        f"- Gold batches: `{o.gold_refresh}` (auto: a cost model picks incremental or recompute per batch).",
+        f"- Gold batches: `{o.gold_refresh}` (auto: a cost model picks incremental or recompute per batch; "
+        f"an incremental batch counts as {o.gold_incremental_overhead_rows:,} source rows read more than a recompute).",
         f"- Trigger `{o.trigger}`; interval {o.processing_time}"
         + ("".join(f", {stage} {every}" for stage, every in sorted(o.intervals.items())) if o.intervals else "") + ".",
         f"- Quality results: `{quality_results_table(pipeline)}`; stream metrics: `{metrics_table(pipeline)}`.",

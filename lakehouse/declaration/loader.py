@@ -196,8 +196,8 @@ def _options(raw: Any, problems: Problems) -> Options:
     values = _mapping(raw, path, problems, required=False)
     _unknown_keys(
         values,
-        ("history_retention_days", "late_grace_days", "trigger", "processing_time", "gold_refresh", "intervals", "continuous",
-         "time_travel_days"),
+        ("history_retention_days", "late_grace_days", "trigger", "processing_time", "gold_refresh",
+         "gold_incremental_overhead_rows", "intervals", "continuous", "time_travel_days"),
         path, problems,
     )
     processing_time = _interval(values.get("processing_time", "10 seconds"), _join(path, "processing_time"), problems)
@@ -213,6 +213,9 @@ def _options(raw: Any, problems: Problems) -> Options:
         trigger=_choice(values, "trigger", TRIGGERS, "available_now", path, problems),
         processing_time=processing_time,
         gold_refresh=_choice(values, "gold_refresh", REFRESH_MODES, "auto", path, problems),
+        gold_incremental_overhead_rows=_int(
+            values, "gold_incremental_overhead_rows", Options.gold_incremental_overhead_rows, path, problems, minimum=0
+        ),
         intervals=intervals,
         continuous=_choice(values, "continuous", CONTINUOUS_SCHEDULES, "concurrent", path, problems),
         # Delta refuses VACUUM below 7 days (a stream or reader may still need the files)

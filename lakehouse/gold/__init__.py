@@ -46,7 +46,9 @@ touches (startingVersion 0, one checkpoint per view). Each micro-batch, inside f
    are so many that recomputing the whole view costs less (Databricks' Enzyme makes the same
    choice per refresh), steps 3-4 become one recompute of the view, diffed against gold's key
    and hash columns (`frames.recompute_differences`), and the same guarded MERGE writes only the
-   rows that differ: same rows, same change feed. The batch's own base changes are a lower
+   rows that differ: same rows, same change feed. The incremental path also has a fixed cost
+   (the walk, the key count: Spark jobs whatever the batch), so a small view is recomputed
+   whatever the batch, without walking its keys. The batch's own base changes are a lower
    bound on the keys, so a batch that is large by itself skips the subscription walk. `layout.py`
    turns affected keys into a few key ranges that let Delta skip gold, silver and subscription
    files by their statistics, and writes whole tables (a first build) in key ranges.

@@ -3,25 +3,32 @@ the whole view diffed against gold, whichever costs less, as Databricks' Enzyme 
 
 Both paths MERGE the same differing rows into the same gold files, so the choice turns on what
 each reads to find them. The incremental path reads, per affected base key, its rows of the
-base table (pruned by key ranges), the view's parent tables, and the key's gold row; the
-recompute reads every source row once and gold's narrow key and hash columns. Costs are in
-"source rows read" and the weights were measured with `cdc-enrich bench gold` (README).
+base table (pruned by key ranges), the view's parent tables, and the key's gold row, and pays a
+fixed cost the recompute does not (the subscription walk, the key count and ranges: Spark jobs
+whatever the batch's size); the recompute reads every source row once and gold's narrow key
+and hash columns. Costs are in "source rows read" and the weights were measured with
+`cdc-enrich bench gold` (README); `options.gold_incremental_overhead_rows` sets the fixed cost
+for another machine.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lakehouse.declaration import REFRESH_MODES
+from lakehouse.declaration import REFRESH_MODES, Options
 from lakehouse.errors import PipelineConfigError
 
 #: One affected key costs about this many source-row reads on the incremental path: its base
 #: rows found by key (a range-pruned scan), joined, hashed, and its gold row looked up by the MERGE.
-#: Measured at 1M fact rows (2 cores): incremental ~18 s + 0.25 ms per key, a recompute diffed
-#: against gold ~35 s, so they cross near 70k keys (7 % of gold).
+#: Measured at 1M fact rows (2 cores, 2026-11-25): incremental ~18 s + 0.25 ms per key, a
+#: recompute diffed against gold ~35 s (on its own it put the crossing near 70k keys; the fixed
+#: cost below moves views that small to the recompute whatever the keys).
 KEY_WEIGHT = 22.0
 #: Reading a gold row's key and hash columns (the recompute's diff) against reading a source row.
 GOLD_SCAN_WEIGHT = 0.5
+#: The incremental path's fixed cost beyond the recompute's, in source-row reads: the default of
+#: `options.gold_incremental_overhead_rows` (where it was measured is said there).
+INCREMENTAL_OVERHEAD_ROWS = Options.gold_incremental_overhead_rows
 
 
 @dataclass(frozen=True)
@@ -32,10 +39,11 @@ class RefreshEstimate:
     gold_rows: int
     source_rows: int  # rows of every silver table the view reads (the recompute's input)
     parent_rows: int  # rows of the non-base tables (read whole by either path)
+    overhead_rows: float = INCREMENTAL_OVERHEAD_ROWS  # the incremental path's fixed cost
 
     @property
     def incremental_cost(self) -> float:
-        return KEY_WEIGHT * self.affected_keys + self.parent_rows
+        return self.overhead_rows + KEY_WEIGHT * self.affected_keys + self.parent_rows
 
     @property
     def recompute_cost(self) -> float:
@@ -61,9 +69,11 @@ def choose_refresh(estimate: RefreshEstimate, keys_are_a_lower_bound: bool = Fal
     counts only the batch's own base changes, before the subscriptions are walked: it can prove
     a recompute cheaper, never the reverse).
 
-    >>> choose_refresh(RefreshEstimate(10, 1_000_000, 1_200_000, 200_000)).path
+    >>> choose_refresh(RefreshEstimate(10, 10_000_000, 12_000_000, 2_000_000)).path
     'incremental'
-    >>> choose_refresh(RefreshEstimate(500_000, 1_000_000, 1_200_000, 200_000)).path
+    >>> choose_refresh(RefreshEstimate(5_000_000, 10_000_000, 12_000_000, 2_000_000)).path
+    'recompute'
+    >>> choose_refresh(RefreshEstimate(10, 20_000, 24_000, 4_000)).path  # a small view: the fixed cost decides
     'recompute'
     """
     inc, full = estimate.incremental_cost, estimate.recompute_cost
@@ -78,16 +88,40 @@ def choose_refresh(estimate: RefreshEstimate, keys_are_a_lower_bound: bool = Fal
     return RefreshDecision("incremental", f"incremental is cheaper ({figures})", estimate)
 
 
-def counting_keys_may_pick_recompute(key_bound: int | None, gold_rows: int, source_rows: int, parent_rows: int) -> bool:
+def recompute_whatever_the_keys(gold_rows: int, source_rows: int, parent_rows: int, overhead_rows: float) -> RefreshDecision | None:
+    """The recompute, when it is cheaper even with no affected key (a view small enough for the
+    incremental path's fixed cost to decide), so the batch neither counts nor walks its keys;
+    else None.
+
+    >>> recompute_whatever_the_keys(20_000, 24_000, 4_000, INCREMENTAL_OVERHEAD_ROWS).path
+    'recompute'
+    >>> recompute_whatever_the_keys(10_000_000, 12_000_000, 2_000_000, INCREMENTAL_OVERHEAD_ROWS) is None
+    True
+    """
+    estimate = RefreshEstimate(0, gold_rows, source_rows, parent_rows, overhead_rows)
+    inc, full = estimate.incremental_cost, estimate.recompute_cost
+    if inc <= full:
+        return None
+    return RefreshDecision(
+        "recompute",
+        f"recompute is cheaper even with no affected key ({gold_rows} gold row(s): incremental ~{inc:,.0f} "
+        f"at the least, recompute ~{full:,.0f} row reads)",
+        estimate,
+    )
+
+
+def counting_keys_may_pick_recompute(
+    key_bound: int | None, gold_rows: int, source_rows: int, parent_rows: int, overhead_rows: float = INCREMENTAL_OVERHEAD_ROWS
+) -> bool:
     """Whether counting a batch's own base keys (a Spark job) could prove a recompute cheaper,
     given `key_bound`, a bound from above on them (the batch's change rows; None: unknown): not
     when even that many keys keep the incremental path cheaper, as on every small batch.
 
-    >>> counting_keys_may_pick_recompute(2, 1_000_000, 1_200_000, 200_000)
+    >>> counting_keys_may_pick_recompute(2, 10_000_000, 12_000_000, 2_000_000)
     False
-    >>> counting_keys_may_pick_recompute(500_000, 1_000_000, 1_200_000, 200_000)
+    >>> counting_keys_may_pick_recompute(1_000_000, 10_000_000, 12_000_000, 2_000_000)
     True
     """
     if key_bound is None:
         return True
-    return choose_refresh(RefreshEstimate(key_bound, gold_rows, source_rows, parent_rows)).path == "recompute"
+    return choose_refresh(RefreshEstimate(key_bound, gold_rows, source_rows, parent_rows, overhead_rows)).path == "recompute"

@@ -24,6 +24,7 @@ from lakehouse.gold.cost import (
     choose_refresh,
     counting_keys_may_pick_recompute,
     forced_refresh,
+    recompute_whatever_the_keys,
 )
 from lakehouse.gold.delta import (
     append_tagged,
@@ -330,15 +331,17 @@ def _refresh_gold(
     if forced is not None and forced.path == "recompute":
         return _by_recompute(session, pipeline, plan, target, txn, version, forced, stats, clock)
     sizes = _sizes(session, pipeline, plan, target) if forced is None else None
+    overhead = pipeline.options.gold_incremental_overhead_rows
     base = plan.base.source
     rows_bound = (change_rows or {}).get(base.name)  # the batch's base change rows: a bound from above on its keys
-    if sizes is not None and base.name in changes and counting_keys_may_pick_recompute(rows_bound, *sizes):
+    early = recompute_whatever_the_keys(*sizes, overhead) if sizes is not None else None
+    if early is None and sizes is not None and base.name in changes and counting_keys_may_pick_recompute(rows_bound, *sizes, overhead):
         # the batch's own base keys: a lower bound on the affected keys
         changed_base = changes[base.name].select(*base.primary_key).distinct().count()
-        early = choose_refresh(RefreshEstimate(changed_base, *sizes), keys_are_a_lower_bound=True)
-        if early.path == "recompute":
-            clock.lap("cost")
-            return _by_recompute(session, pipeline, plan, target, txn, version, early, stats, clock)
+        early = choose_refresh(RefreshEstimate(changed_base, *sizes, overhead), keys_are_a_lower_bound=True)
+    if early is not None and early.path == "recompute":
+        clock.lap("cost")
+        return _by_recompute(session, pipeline, plan, target, txn, version, early, stats, clock)
     clock.lap("cost")
     changed = {name: rows.select(*pipeline.source(name).primary_key) for name, rows in changes.items()}
     keys = affected_base_keys(
@@ -356,7 +359,7 @@ def _refresh_gold(
     clock.lap("keys")
     if count == 0:
         return stats
-    decision = forced or choose_refresh(RefreshEstimate(count, *sizes))
+    decision = forced or choose_refresh(RefreshEstimate(count, *sizes, overhead))
     if decision.path == "recompute":
         return _by_recompute(session, pipeline, plan, target, txn, version, decision, stats, clock)
     stats.update(path="incremental", reason=decision.reason)

@@ -17,8 +17,8 @@ def fresh_schemas(spark: Any, pipeline: Any) -> None:
         spark.sql(f"CREATE SCHEMA {schema}")
 
 
-def check_workloads(asked: Sequence[str], known: Sequence[str]) -> None:
-    """A bench's workloads are among the ones it knows (ValueError naming them otherwise)."""
+def check_workloads(asked: Sequence[str], known: Sequence[str], what: str = "workload") -> None:
+    """A bench's workloads (or other choices, `what`) are among the ones it knows (ValueError naming them otherwise)."""
     unknown = [w for w in asked if w not in known]
     if unknown:
-        raise ValueError(f"unknown workload(s) {unknown}; choose from {', '.join(known)}")
+        raise ValueError(f"unknown {what}(s) {unknown}; choose from {', '.join(known)}")

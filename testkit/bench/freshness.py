@@ -37,7 +37,6 @@ import json
 import threading
 import time
 import uuid
-from dataclasses import replace
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -311,7 +310,7 @@ def bench_freshness(
     for rate, schedule in [(r, s) for r in rates for s in (schedules or (pipeline.options.continuous,))]:
         tag = "fresh" + uuid.uuid4().hex[:8]
         bench = isolated_pipeline(pipeline, tag)
-        bench = replace(bench, options=replace(bench.options, intervals=dict(intervals or INTERVALS), continuous=schedule))
+        bench = bench.with_options(intervals=dict(intervals or INTERVALS), continuous=schedule)
         feed: _SimulatorFeed | _PostgresFeed = (
             _PostgresFeed(Path(postgres_stack), bench, bootstrap, seed) if postgres_stack else _SimulatorFeed(bench, bootstrap, seed)
         )

@@ -8,6 +8,9 @@ same data:
 
 - gold: `run_gold` for the view, as a user runs it (`options.gold_refresh: auto`: the cost
   model picks the incremental path or a recompute diffed against gold; the report says which);
+  with `refresh` naming more modes, each cell runs once per mode (each on a fresh batch of the
+  same shape), so both paths are timed side by side: what calibrating the cost model needs
+  (`options.gold_incremental_overhead_rows`);
 - full: the whole join from silver current, written over a copy table (what teams run today).
 
 Workloads (fraction = changed fact rows / fact rows):
@@ -37,7 +40,7 @@ from typing import Any, Callable, Sequence
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from lakehouse.declaration import Pipeline, Source
+from lakehouse.declaration import REFRESH_MODES, Pipeline, Source
 from lakehouse.gold import ViewRun, full_recompute, num_files, run_gold, subscription_sizes, view_plan
 from testkit.reference_silver import apply_silver_changes, changes_schema, create_silver_current
 from lakehouse.paths import checkpoint_dir
@@ -304,9 +307,12 @@ def bench_gold(
     view: str | None = None,
     workloads: Sequence[str] = WORKLOADS,
     progress: Callable[[str], None] | None = None,
+    refresh: Sequence[str] = ("auto",),
 ) -> dict[str, Any]:
-    """Gold maintenance against a full recompute of one view (default: the one with the most joins)."""
+    """Gold maintenance against a full recompute of one view (default: the one with the most joins),
+    under each `options.gold_refresh` mode in `refresh`."""
     check_workloads(workloads, WORKLOADS)
+    check_workloads(refresh, REFRESH_MODES, "refresh mode")
     say = progress or (lambda _m: None)
     bench = _bench_pipeline(pipeline)
     name = view or max(pipeline.views, key=lambda v: len(pipeline.views[v].joins))
@@ -338,48 +344,56 @@ def bench_gold(
     full_table = f"{target}__full"
     runs = []
     sequence = 10
-    for workload in workloads:
-        for fraction in sorted(fractions) if workload != "hot_parent" else [1 / HOT_SHARE]:
-            sequence += 1
-            changed = {}
-            for source_name, df in _GENERATORS[workload](spark, bench, plan, fraction, sequence, sizes).items():
-                df = df.localCheckpoint(eager=True)
-                changed[source_name] = df.count()
-                apply_silver_changes(spark, bench, bench.source(source_name), df)
-            gold_files = num_files(spark, target)
-            side = side_by_side(spark, bench, lake, name, written, full_table)
-            report, incremental, full, commits = side.run, side.gold_s, side.full_s, side.commits
-            gold_commit = commits.get(target.rsplit(".", 1)[-1], {})
-            changed_gold = report.inserted + report.updated + report.deleted
-            rewritten = rows_rewritten(gold_commit)
-            run = {
-                "workload": workload,
-                "fraction": fraction,
-                "changed_rows": changed,
-                "path": ",".join(report.paths) or "none",
-                "reason": report.last_reason,
-                "affected_keys": report.affected_keys,
-                "gold_inserted_updated_deleted": [report.inserted, report.updated, report.deleted],
-                "gold_files": gold_files,
-                "gold_files_touched": gold_commit.get("numTargetFilesRemoved", 0) + gold_commit.get("numTargetDeletionVectorsAdded", 0),
-                "gold_rows_rewritten_per_changed_row": round(rewritten / changed_gold, 2) if changed_gold else None,
-                "spark_jobs": side.jobs,
-                "gold_s": round(incremental, 2),
-                "phases_s": {k: round(v, 2) for k, v in report.phases.items()},
-                "commits": commits,
-                "full_recompute_s": round(full, 2),
-                "full_over_gold": round(full / incremental, 2) if incremental else None,
-            }
-            runs.append(run)
-            say(
-                f"bench gold: {workload} {fraction:.4%}: gold {run['gold_s']} s ({run['path']}, "
-                f"{run['affected_keys']} keys, {run['gold_files_touched']}/{gold_files} files touched, "
-                f"phases {run['phases_s']}), full {run['full_recompute_s']} s, ratio {run['full_over_gold']}"
-            )
+    shapes = [(w, f) for w in workloads for f in (sorted(fractions) if w != "hot_parent" else [1 / HOT_SHARE])]
+    # each shape runs every mode, the order rotated from one shape to the next (none always goes first)
+    cells = [(w, f, refresh[(i + j) % len(refresh)]) for i, (w, f) in enumerate(shapes) for j in range(len(refresh))]
+    for workload, fraction, mode in cells:
+        sequence += 1
+        changed = {}
+        for source_name, df in _GENERATORS[workload](spark, bench, plan, fraction, sequence, sizes).items():
+            df = df.localCheckpoint(eager=True)
+            changed[source_name] = df.count()
+            apply_silver_changes(spark, bench, bench.source(source_name), df)
+        gold_files = num_files(spark, target)
+        side = side_by_side(spark, bench.with_options(gold_refresh=mode), lake, name, written, full_table)
+        report, incremental, full, commits = side.run, side.gold_s, side.full_s, side.commits
+        gold_commit = commits.get(target.rsplit(".", 1)[-1], {})
+        changed_gold = report.inserted + report.updated + report.deleted
+        rewritten = rows_rewritten(gold_commit)
+        run = {
+            "workload": workload,
+            "fraction": fraction,
+            "changed_rows": changed,
+            "refresh": mode,
+            "path": ",".join(report.paths) or "none",
+            "reason": report.last_reason,
+            "affected_keys": report.affected_keys,
+            "gold_inserted_updated_deleted": [report.inserted, report.updated, report.deleted],
+            "gold_files": gold_files,
+            "gold_files_touched": gold_commit.get("numTargetFilesRemoved", 0) + gold_commit.get("numTargetDeletionVectorsAdded", 0),
+            "gold_rows_rewritten_per_changed_row": round(rewritten / changed_gold, 2) if changed_gold else None,
+            "spark_jobs": side.jobs,
+            "gold_s": round(incremental, 2),
+            "phases_s": {k: round(v, 2) for k, v in report.phases.items()},
+            "commits": commits,
+            "full_recompute_s": round(full, 2),
+            "full_over_gold": round(full / incremental, 2) if incremental else None,
+        }
+        runs.append(run)
+        say(
+            f"bench gold: {workload} {fraction:.4%} ({mode}): gold {run['gold_s']} s ({run['path']}, "
+            f"{run['affected_keys']} keys, {run['gold_files_touched']}/{gold_files} files touched, "
+            f"phases {run['phases_s']}), full {run['full_recompute_s']} s, ratio {run['full_over_gold']}"
+        )
     result["runs"] = runs
     result["subscriptions"] = subscription_sizes(spark, bench)
     result.update(gold_equals_full(spark, plan, target, full_table))
     return result
+
+
+def _path(run: dict[str, Any]) -> str:
+    """The path a run took, marked when its mode pinned it (results before `refresh`: auto)."""
+    return run["path"] if run.get("refresh", "auto") == "auto" else f"{run['path']} (pinned)"
 
 
 def rows_rewritten(commit: dict[str, int]) -> int:
@@ -399,7 +413,7 @@ def render_table(result: dict[str, Any]) -> str:
         ("rows", "workload", "fraction", "path", "affected keys", "gold files touched", "gold s", "full recompute s",
          "full / gold", "rows rewritten per change", "jobs"),
         (
-            (f"{result['fact_rows']:,}", r["workload"], f"{r['fraction']:.2%}", r["path"], f"{r['affected_keys']:,}",
+            (f"{result['fact_rows']:,}", r["workload"], f"{r['fraction']:.2%}", _path(r), f"{r['affected_keys']:,}",
              f"{r['gold_files_touched']} of {r['gold_files']}", r["gold_s"], r["full_recompute_s"], f"{r['full_over_gold']}x",
              r["gold_rows_rewritten_per_changed_row"], r["spark_jobs"])
             for r in result["runs"]
@@ -415,7 +429,7 @@ def render_phases(result: dict[str, Any]) -> str:
     return markdown_table(
         ("rows", "workload", "fraction", "path", *PHASES, "gold s"),
         (
-            (f"{result['fact_rows']:,}", r["workload"], f"{r['fraction']:.2%}", r["path"],
+            (f"{result['fact_rows']:,}", r["workload"], f"{r['fraction']:.2%}", _path(r),
              *(f"{r['phases_s'].get(p, 0.0):.1f}" for p in PHASES), r["gold_s"])
             for r in result["runs"]
         ),

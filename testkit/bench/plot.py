@@ -30,7 +30,10 @@ def plot_gold(results: Sequence[dict[str, Any]], out: Path, machine: str | None 
     styles = ["-", "--", ":"]
     for ax, workload in zip(axes, workloads):
         for style, res in zip(styles, sorted(results, key=lambda r: r["fact_rows"])):
-            runs = sorted((r for r in res["runs"] if r["workload"] == workload), key=lambda r: r["fraction"])
+            runs = sorted(
+                (r for r in res["runs"] if r["workload"] == workload and r.get("refresh", "auto") == "auto"),
+                key=lambda r: r["fraction"],
+            )
             if not runs:
                 continue
             scale = f"{res['fact_rows'] / 1e6:g}M rows"
@@ -40,6 +43,12 @@ def plot_gold(results: Sequence[dict[str, Any]], out: Path, machine: str | None 
             for x, r in zip(xs, runs):  # the path the cost model took
                 marker = "o" if r["path"] == "incremental" else "s"
                 ax.plot([x], [r["gold_s"]], marker, color="tab:blue", markersize=6, markerfacecolor="white")
+            for mode, color in (("incremental", "tab:purple"), ("recompute", "tab:green")):  # `bench gold --refresh`
+                pinned = sorted((r for r in res["runs"] if r["workload"] == workload and r.get("refresh") == mode),
+                                key=lambda r: r["fraction"])
+                if pinned:
+                    ax.plot([r["fraction"] * 100 for r in pinned], [r["gold_s"] for r in pinned], style, color=color,
+                            marker=".", label=f"{mode} (pinned), {scale}")
         _style(ax, "changed share of the fact table, %", "seconds per batch",
                f"{workload}  (gold: o incremental, \u25a1 recompute)", ylog=True)
     return _save(fig, out, "cdc-enrich bench gold, order_items_enriched", machine)

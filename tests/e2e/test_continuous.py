@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -56,7 +55,7 @@ def _start(spark: SparkSession, pipeline: Pipeline, lake: Path, bootstrap: str, 
     """A continuous run of `pipeline` under `schedule` in a thread: (stop event, thread, outcome)."""
     stop = threading.Event()
     outcome: list[ContinuousReport | BaseException] = []
-    scheduled = replace(pipeline, options=replace(pipeline.options, continuous=schedule))
+    scheduled = pipeline.with_options(continuous=schedule)
 
     def run() -> None:
         try:
@@ -87,7 +86,7 @@ def test_changes_produced_while_running_reach_gold_under_either_schedule_and_a_s
     concurrent run over the same checkpoints takes the second burst and converges to the oracle
     while it runs; then drains find nothing left. Both schedules, taking turns on one lake."""
     whole = isolated_pipeline(shop_pipeline, "cont" + _tag())
-    whole = replace(whole, options=replace(whole.options, intervals=INTERVALS))
+    whole = whole.with_options(intervals=INTERVALS)
     sim = simulate(whole, seed=SEED, events=EVENTS, chaos="some")
     write_truth(sim, tmp_path / "truth")
     # one view and its two sources: five queries (bronze x2, silver x2, gold) show what a dozen would

@@ -19,7 +19,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql.types import StructType
 from pyspark.sql import functions as F
 
-from lakehouse.declaration import Pipeline, parse_pipeline
+from lakehouse.declaration import Options, Pipeline, parse_pipeline
 from lakehouse.errors import TableLayoutError
 from lakehouse.gold import (
     ROW_HASH,
@@ -48,8 +48,7 @@ def variant(pipeline: Pipeline, name: str | None = None, refresh: str = "increme
     machinery (the property test and the cost model's own test run the other paths)."""
     token = name or uuid.uuid4().hex[:6]
     tables = dataclasses.replace(pipeline.tables, silver_schema=f"g_{token}_silver", gold_schema=f"g_{token}_gold")
-    options = dataclasses.replace(pipeline.options, gold_refresh=refresh)
-    return dataclasses.replace(pipeline, name=f"{pipeline.name}_{token}", tables=tables, options=options)
+    return dataclasses.replace(pipeline, name=f"{pipeline.name}_{token}", tables=tables).with_options(gold_refresh=refresh)
 
 
 def create_silver(spark, pipeline: Pipeline) -> None:
@@ -532,15 +531,21 @@ def test_end_to_end_through_the_silver_stage(spark, lake: Path, shop_pipeline: P
 @pytest.mark.long
 @pytest.mark.slow  # the benchmark's harness; `make bench` runs it at size
 def test_bench_gold_smoke(spark, lake: Path, shop_pipeline: Pipeline):
-    """The gold benchmark runs end to end on a small view: figures present, gold equal to the recompute."""
-    from testkit.bench.gold import bench_gold
+    """The gold benchmark runs end to end on a small view, each path pinned beside auto's pick:
+    figures present, gold equal to the recompute."""
+    from testkit.bench.gold import bench_gold, render_table
 
-    result = bench_gold(spark, shop_pipeline, lake / "bench", fact_rows=2000, fractions=(0.05,))
+    modes = ("auto", "incremental", "recompute")
+    result = bench_gold(spark, shop_pipeline, lake / "bench", fact_rows=2000, fractions=(0.05,), refresh=modes)
     assert result["gold_equals_full_recompute"] is True
-    assert [r["workload"] for r in result["runs"]] == ["oltp", "hot_parent", "uniform"]
+    assert [r["workload"] for r in result["runs"]] == [w for w in ("oltp", "hot_parent", "uniform") for _ in modes]
+    assert [r["refresh"] for r in result["runs"]] == ["auto", "incremental", "recompute", "incremental", "recompute", "auto",
+                                                      "recompute", "auto", "incremental"]  # rotated: none always first
+    assert "recompute (pinned)" in render_table(result)
     for run in result["runs"]:
         assert run["affected_keys"] > 0 and run["gold_s"] > 0 and run["full_recompute_s"] > 0, run
         assert run["path"] in ("incremental", "recompute") and run["reason"], run
+        assert run["refresh"] == "auto" or run["path"] == run["refresh"], run
         assert 0 < run["gold_files_touched"] <= run["gold_files"], run
         assert sum(run["gold_inserted_updated_deleted"]) > 0, run
     assert all(size["rows"] > 0 for size in result["subscriptions"].values())
@@ -550,9 +555,12 @@ def test_bench_gold_smoke(spark, lake: Path, shop_pipeline: Pipeline):
 def test_the_cost_model_recomputes_a_batch_that_changes_most_rows_and_the_change_feed_stays_exact(
     spark, lake: Path, shop_pipeline: Pipeline
 ):
-    """A small batch is applied incrementally; a rename fanning out to most orders is cheaper as a
-    recompute diffed against gold, which writes exactly the rows that changed (and the delete)."""
+    """Counting only what each path reads (no fixed cost), a small batch is applied incrementally
+    and a rename fanning out to most orders is cheaper as a recompute diffed against gold, which
+    writes exactly the rows that changed (and the delete). With the incremental path's measured
+    fixed cost (the default), a view this small is recomputed whatever the batch, keys uncounted."""
     pipeline = variant(shop_pipeline, refresh="auto")
+    pipeline = pipeline.with_options(gold_incremental_overhead_rows=0)
     create_silver(spark, pipeline)
     apply(spark, pipeline, "customers", Change({"id": 1, "name": "ann", "segment": "b2b"}, 10),
           Change({"id": 2, "name": "bob", "segment": "b2c"}, 11))
@@ -579,6 +587,16 @@ def test_the_cost_model_recomputes_a_batch_that_changes_most_rows_and_the_change
     assert kinds == ["delete"] + ["update_postimage"] * 15 + ["update_preimage"] * 15
     assert {c["order_id"] for c in changes if c["_change_type"] == "update_postimage"} == set(range(100, 115))
     assert all(c["customer_name"] == "Ann" for c in changes if c["_change_type"] == "update_postimage")
+    assert_gold_equals_oracle(spark, pipeline, ["orders_enriched"])
+
+    calibrated = pipeline.with_options(gold_incremental_overhead_rows=Options().gold_incremental_overhead_rows)
+    apply(spark, pipeline, "orders", Change({"id": 101, "customer_id": 1, "status": "paid"}, 70))
+    before = table_version(spark, table)
+    run = run_gold(spark, calibrated, lake, views=["orders_enriched"]).views["orders_enriched"]
+    assert run.paths == {"recompute": 1} and "recompute is cheaper even with no affected key" in run.last_reason, run.last_reason
+    assert sorted((c["_change_type"], c["order_id"]) for c in gold_changes(spark, table, before)) == [
+        ("update_postimage", 101), ("update_preimage", 101)
+    ]
     assert_gold_equals_oracle(spark, pipeline, ["orders_enriched"])
 
 

@@ -188,7 +188,7 @@ def seeds_of(view_keys: list[str]) -> list[int]:
 
 def with_refresh(pipeline: Pipeline, mode: str) -> Pipeline:
     """The same pipeline (tables, checkpoints) with `options.gold_refresh` set to `mode`."""
-    return dataclasses.replace(pipeline, options=dataclasses.replace(pipeline.options, gold_refresh=mode))
+    return pipeline.with_options(gold_refresh=mode)
 
 
 def run_universe(spark, lake: Path, pipeline: Pipeline, seeds: list[int], rounds: int, physical_delete: bool) -> None:

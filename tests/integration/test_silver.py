@@ -162,8 +162,7 @@ def make_env(spark, shop_pipeline, tmp_path):
         pipeline = dataclasses.replace(
             shop_pipeline,
             tables=dataclasses.replace(shop_pipeline.tables, catalog=None, bronze_schema=f"t{tag}_bronze", silver_schema=f"t{tag}_silver"),
-            options=dataclasses.replace(shop_pipeline.options, **options),
-        )
+        ).with_options(**options)
         source = pipeline.source(source_name)
         spark.sql(f"CREATE SCHEMA IF NOT EXISTS {pipeline.tables.bronze_schema}")
         DeltaTable.createIfNotExists(spark).tableName(bronze_table(pipeline, source)).addColumns(bronze_schema(source)).execute()

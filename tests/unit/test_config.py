@@ -111,6 +111,7 @@ def test_a_good_file_has_no_problems():
         pytest.param(("kafka:\n", "kafka:\n  max_offsets_per_trigger: lots\n"), 3, "kafka.max_offsets_per_trigger: expected a whole number >= 1", id="wrong-type-number"),
         pytest.param(("  topic_prefix: shop\n", "  topic_prefix: shop\n  topic_prefx: x\n"), 4, "kafka.topic_prefx: unknown field 'topic_prefx'", id="misspelt-field"),
         pytest.param(("kafka:\n", "options:\n  gold_refresh: sometimes\nkafka:\n"), 3, "options.gold_refresh: expected one of auto, incremental, recompute", id="gold-refresh-mode"),
+        pytest.param(("kafka:\n", "options:\n  gold_incremental_overhead_rows: -1\nkafka:\n"), 3, "options.gold_incremental_overhead_rows: expected a whole number >= 0", id="gold-overhead"),
         pytest.param(("kafka:\n", "options:\n  continuous: sometimes\nkafka:\n"), 3, "options.continuous: expected one of concurrent, chained", id="continuous-schedule"),
         pytest.param(("kafka:\n", "options:\n  intervals:\n    gold: soon\nkafka:\n"), 4, "options.intervals.gold: expected an interval such as '10 seconds'", id="stage-interval"),
         pytest.param(("kafka:\n", "options:\n  intervals:\n    platinum: 1 second\nkafka:\n"), 4, "options.intervals.platinum: unknown field", id="stage-interval-unknown-stage"),
