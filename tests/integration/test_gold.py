@@ -44,8 +44,9 @@ def variant(pipeline: Pipeline, name: str | None = None, refresh: str = "increme
     """The same pipeline in fresh silver/gold schemas (and its own checkpoints).
 
     Gold is refreshed incrementally unless `refresh` says otherwise: at a test's few rows the
-    cost model would recompute nearly every batch, and these tests are about the incremental
-    machinery (the property test and the cost model's own test run the other paths)."""
+    cost model recomputes every batch (the incremental path's fixed cost decides), and these tests
+    are about the incremental machinery (the property test and the cost model's own test run the
+    other paths)."""
     token = name or uuid.uuid4().hex[:6]
     tables = dataclasses.replace(pipeline.tables, silver_schema=f"g_{token}_silver", gold_schema=f"g_{token}_gold")
     return dataclasses.replace(pipeline, name=f"{pipeline.name}_{token}", tables=tables).with_options(gold_refresh=refresh)
