@@ -141,7 +141,7 @@ def data_dictionary(pipeline: Pipeline) -> str:
         f"`{late_changes_table(pipeline)}`.",
         f"- Records that cannot be decoded go to `{quarantine_table(pipeline)}` with the reason; nothing is dropped.",
         f"- Gold batches: `{o.gold_refresh}` (auto: a cost model picks incremental or recompute per batch; "
-        f"an incremental batch counts as {o.gold_incremental_overhead_rows:,} source rows read more than a recompute).",
+        f"an incremental batch's fixed cost counts as {o.gold_incremental_overhead_rows:,} source rows read).",
         f"- Trigger `{o.trigger}`; interval {o.processing_time}"
         + ("".join(f", {stage} {every}" for stage, every in sorted(o.intervals.items())) if o.intervals else "") + ".",
         f"- Quality results: `{quality_results_table(pipeline)}`; stream metrics: `{metrics_table(pipeline)}`.",
