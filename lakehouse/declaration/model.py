@@ -340,7 +340,7 @@ class Options:
     # What an incremental gold batch costs beyond what its keys and the parent tables explain, in
     # source rows read (lakehouse.gold.cost). Fitted on 2 cores, 2026-11-28, both paths side by
     # side on 0.1 % OLTP batches: at 20k, 200k and 1M fact rows the incremental path cost 3.4,
-    # 4.8 and 4.6 s more than a recompute diffed against gold (which cost ~4.3 us per row read),
+    # 4.8 and 4.9 s more than a recompute diffed against gold (which cost ~4.3 us per row read),
     # so views under ~1.7M fact rows are recomputed whatever the batch (README).
     gold_incremental_overhead_rows: int = 2_500_000
     intervals: Mapping[str, str] = field(default_factory=dict)  # stage -> its own processing_time

@@ -82,7 +82,8 @@ def choose_refresh(estimate: RefreshEstimate, keys_are_a_lower_bound: bool = Fal
         f"gold row(s): incremental ~{inc:,.0f}, recompute ~{full:,.0f} row reads"
     )
     if inc > full:
-        return RefreshDecision("recompute", f"recompute is cheaper ({figures})", estimate)
+        even = " even with no affected key" if keys_are_a_lower_bound and not estimate.affected_keys else ""
+        return RefreshDecision("recompute", f"recompute is cheaper{even} ({figures})", estimate)
     if keys_are_a_lower_bound:
         return RefreshDecision("undecided", figures, estimate)
     return RefreshDecision("incremental", f"incremental is cheaper ({figures})", estimate)
@@ -98,16 +99,8 @@ def recompute_whatever_the_keys(gold_rows: int, source_rows: int, parent_rows: i
     >>> recompute_whatever_the_keys(10_000_000, 12_000_000, 2_000_000, INCREMENTAL_OVERHEAD_ROWS) is None
     True
     """
-    estimate = RefreshEstimate(0, gold_rows, source_rows, parent_rows, overhead_rows)
-    inc, full = estimate.incremental_cost, estimate.recompute_cost
-    if inc <= full:
-        return None
-    return RefreshDecision(
-        "recompute",
-        f"recompute is cheaper even with no affected key ({gold_rows} gold row(s): incremental ~{inc:,.0f} "
-        f"at the least, recompute ~{full:,.0f} row reads)",
-        estimate,
-    )
+    decision = choose_refresh(RefreshEstimate(0, gold_rows, source_rows, parent_rows, overhead_rows), keys_are_a_lower_bound=True)
+    return decision if decision.path == "recompute" else None
 
 
 def counting_keys_may_pick_recompute(

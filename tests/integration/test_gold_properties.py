@@ -186,11 +186,6 @@ def seeds_of(view_keys: list[str]) -> list[int]:
     return sorted(found)
 
 
-def with_refresh(pipeline: Pipeline, mode: str) -> Pipeline:
-    """The same pipeline (tables, checkpoints) with `options.gold_refresh` set to `mode`."""
-    return pipeline.with_options(gold_refresh=mode)
-
-
 def run_universe(spark, lake: Path, pipeline: Pipeline, seeds: list[int], rounds: int, physical_delete: bool) -> None:
     """Deliver every seed's rounds together, run gold after each, check every view each time."""
     for view in pipeline.views.values():
@@ -207,7 +202,7 @@ def run_universe(spark, lake: Path, pipeline: Pipeline, seeds: list[int], rounds
                 apply_silver_changes(spark, pipeline, pipeline.source(table), changes, physical_delete=physical_delete)
         for i, name in enumerate(pipeline.views):  # each view in another refresh mode each round
             mode = REFRESH_MODES[(i + r) % len(REFRESH_MODES)]
-            run = run_gold(spark, with_refresh(pipeline, mode), lake, views=[name]).views[name]
+            run = run_gold(spark, pipeline.with_options(gold_refresh=mode), lake, views=[name]).views[name]
             if mode != "auto":  # an empty gold table is built whatever the mode
                 assert set(run.paths) <= {mode, "build"}, f"{name} in mode {mode} took {run.paths}"
             taken.update(run.paths)
