@@ -25,7 +25,11 @@ touches (startingVersion 0, one checkpoint per view). Each micro-batch, inside f
    later finds its children. Tables are `CLUSTER BY` fk, and lookups of a few parents use a
    literal `IN`: "who subscribes to these parents" is KIP-213's prefix scan, pruned by file
    statistics. Every view that follows a relation maintains it from its own stream, so the
-   subscriptions a view walks are never older than the changes that view has processed.
+   subscriptions a view walks are never older than the changes that view has processed. A batch
+   recomputed whatever its keys (step 5: a small view, or `gold_refresh: recompute`) walks none
+   and writes none; gold's `cdc_enrich.subscriptions` property then says `behind`, and the next
+   batch that walks them first MERGEs silver current's subscriptions of every relation (they
+   hold every move since) and sets it to `maintained`. A new gold table starts without it.
 2. **Affected base keys**: the base table's changed keys directly; for any other alias, its
    changed keys are walked back through the subscription tables hop by hop (a customer change
    finds orders through `_sub_orders__customer`, then order items through
@@ -48,7 +52,7 @@ touches (startingVersion 0, one checkpoint per view). Each micro-batch, inside f
    and hash columns (`frames.recompute_differences`), and the same guarded MERGE writes only the
    rows that differ: same rows, same change feed. The incremental path also has a fixed cost
    (the walk, the key count: Spark jobs whatever the batch), so a small view is recomputed
-   whatever the batch, without walking its keys. The batch's own base changes are a lower
+   whatever the batch, without walking its keys or writing its subscriptions (step 1). The batch's own base changes are a lower
    bound on the keys, so a batch that is large by itself skips the subscription walk. `layout.py`
    turns affected keys into a few key ranges that let Delta skip gold, silver and subscription
    files by their statistics, and writes whole tables (a first build) in key ranges.

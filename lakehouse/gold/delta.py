@@ -156,6 +156,25 @@ def fill_subscriptions(
         return metrics["inserted"] + metrics["updated"] + metrics["deleted"]
 
 
+#: A gold table's property saying whether its view wrote the subscription moves of every batch
+#: it processed since it last caught its subscription tables up (`runner.process_changes`):
+#: `maintained`, else (absent, `behind`) the next batch that walks them catches them up first.
+SUBSCRIPTIONS_PROPERTY = "cdc_enrich.subscriptions"
+
+
+def subscriptions_maintained(spark: SparkSession, gold: str) -> bool:
+    """Whether the view of `gold` kept its subscription tables up to its own changes (the
+    property above; a table without it, made before it or just now, is not known to have)."""
+    row = spark.sql(f"SHOW TBLPROPERTIES {gold} ({string_literal(SUBSCRIPTIONS_PROPERTY)})").first()
+    return row is not None and row["value"] == "maintained"
+
+
+def record_subscriptions(spark: SparkSession, gold: str, maintained: bool) -> None:
+    """Set the property above (a commit of its own on gold, no data changed: its change feed is untouched)."""
+    value = "maintained" if maintained else "behind"
+    spark.sql(f"ALTER TABLE {gold} SET TBLPROPERTIES ({string_literal(SUBSCRIPTIONS_PROPERTY)} = {string_literal(value)})")
+
+
 def num_files(spark: SparkSession, table: str) -> int:
     """How many data files a Delta table holds (metadata only, no scan)."""
     return int(spark.sql(f"DESCRIBE DETAIL {table}").first()["numFiles"])
@@ -237,6 +256,11 @@ _RECENT_ROWS = RecentReads(60.0)
 def recent_table_rows(session: SparkSession, tables: Sequence[str]) -> list[int]:
     """`table_rows`, each count reused when this application read it within the last minute."""
     return _RECENT_ROWS.get(application_id(session), tables, lambda stale: table_rows(session, stale))
+
+
+def forget_table_rows(session: SparkSession, table: str) -> None:
+    """Count `table` again at the next `recent_table_rows` (this batch just filled it)."""
+    _RECENT_ROWS.forget(application_id(session), table)
 
 
 def _retry_on_conflict(action: Callable[[], dict[str, int]], attempts: int = 5) -> dict[str, int]:

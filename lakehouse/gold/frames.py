@@ -83,14 +83,27 @@ def subscription_updates(changes: DataFrame, source: Source, fk: ForeignKey) -> 
            != F.max((kind == "update_postimage").cast("int")).over(per_key))
     )
     latest = latest_changes(changes.withColumn("_moved", moved), source.primary_key).where("_moved")
+    return _subscription_rows(latest, F.col("_gone"), source, fk)
+
+
+def current_subscriptions(current: DataFrame, source: Source, fk: ForeignKey) -> DataFrame:
+    """Every left key's subscription as silver current holds it, in `subscription_updates`' shape:
+    what a view that stopped writing its moves (its batches recomputed) MERGEs to catch the
+    table up. A deleted key or a null fk removes its subscription; a newer one is never undone
+    (the MERGE compares `_sequence`), so it is safe beside another view's writes."""
+    return _subscription_rows(current, F.col("_deleted"), source, fk)
+
+
+def _subscription_rows(rows: DataFrame, gone: Column, source: Source, fk: ForeignKey) -> DataFrame:
+    """A subscription table's columns, `_left_hash`, `_sequence`, and `_remove` (gone, or a null fk)."""
     null_fk = F.lit(False)
     for c in fk.columns:
         null_fk = null_fk | F.col(c).isNull()
-    return latest.select(
+    return rows.select(
         *[F.col(c) for c in subscription_columns(source, fk)],
         F.col("_row_hash").alias("_left_hash"),
         F.col("_sequence"),
-        (F.col("_gone") | null_fk).alias("_remove"),
+        (gone | null_fk).alias("_remove"),
     )
 
 

@@ -30,7 +30,10 @@ from lakehouse.gold.delta import (
     append_tagged,
     num_files,
     fill_subscriptions,
+    forget_table_rows,
     ensure_gold_table,
+    record_subscriptions,
+    subscriptions_maintained,
     ensure_subscription_table,
     live_rows,
     merge_into_gold,
@@ -40,6 +43,7 @@ from lakehouse.gold.delta import (
 )
 from lakehouse.gold.frames import (
     affected_base_keys,
+    current_subscriptions,
     gold_merge_source,
     join_view,
     recompute_differences,
@@ -227,59 +231,115 @@ def process_changes(
     """Maintain one view for one batch of silver change rows (per source, flat columns).
 
     Callable without a stream: tests hand it change rows directly. `stats["phases"]` holds
-    seconds per phase (subscriptions, keys, recompute, merge) for progress lines and the
+    seconds per phase (subscriptions, cost, keys, recompute, merge) for progress lines and the
     benchmark. Subscriptions first, so a right change in the same batch already finds the
-    left rows that moved to it. `gold_may_be_empty=False` skips the emptiness check (a
-    metadata query) that picks the whole-view append over the MERGE: the stream passes it once
-    its first batch has run, since the MERGE path is right on any table, only slower to fill one.
-    `change_rows` (rows per source in the batch, which the stream counts anyway) bounds each
-    source's changed keys from above, so a small batch skips counting them for the cost model.
+    left rows that moved to it; a batch recomputed whatever its keys (`options.gold_refresh:
+    recompute`, or a view small enough for the incremental path's fixed cost to decide) walks no
+    subscription and writes none: the next batch that walks them catches them up from silver
+    current first (`_maintain_subscriptions`). `gold_may_be_empty=False` skips the emptiness
+    check (a metadata query) that picks the whole-view append over the MERGE: the stream passes
+    it once its first batch has run, since the MERGE path is right on any table, only slower to
+    fill one. `change_rows` (rows per source in the batch, which the stream counts anyway) bounds
+    each source's changed keys from above, so a small batch skips counting them for the cost model.
     """
-    written, sub_seconds = _maintain_subscriptions(session, pipeline, plan, changes, app_id, version, gold_may_be_empty, change_rows)
-    stats = _refresh_gold(session, pipeline, plan, changes, app_id, version, gold_may_be_empty, change_rows)
+    clock = PhaseClock()
+    target = gold_table(pipeline, plan.view.name)
+    building = gold_may_be_empty and num_files(session, target) == 0
+    early, sizes = _recompute_whatever_the_keys(session, pipeline, plan)
+    clock.lap("cost")
+    written = 0
+    if plan.relations:
+        if early is None:
+            written = _maintain_subscriptions(session, pipeline, plan, target, changes, app_id, version, gold_may_be_empty, change_rows)
+        elif subscriptions_maintained(session, target):
+            record_subscriptions(session, target, maintained=False)  # this batch's moves are not written
+    clock.lap("subscriptions")
+    stats = _refresh_gold(session, pipeline, plan, target, changes, app_id, version, building, change_rows, early, sizes, clock)
     stats["subscriptions_written"] = written
-    stats["phases"]["subscriptions"] = sub_seconds
     return stats
+
+
+def _recompute_whatever_the_keys(
+    session: SparkSession, pipeline: Pipeline, plan: ViewPlan
+) -> tuple[RefreshDecision | None, tuple[int, int, int] | None]:
+    """(the batch's recompute when no key count could change it, else None; the tables' sizes
+    when the cost model will weigh the batch): `options.gold_refresh` pinned to a path, or a view
+    small enough for the incremental path's fixed cost to decide (`cost.recompute_whatever_the_keys`)."""
+    forced = forced_refresh(pipeline.options.gold_refresh)
+    if forced is not None:
+        return (forced if forced.path == "recompute" else None), None
+    sizes = _sizes(session, pipeline, plan, gold_table(pipeline, plan.view.name))
+    return recompute_whatever_the_keys(*sizes, pipeline.options.gold_incremental_overhead_rows), sizes
 
 
 def _maintain_subscriptions(
     session: SparkSession,
     pipeline: Pipeline,
     plan: ViewPlan,
+    target: str,
     changes: Mapping[str, DataFrame],
     app_id: Callable[[str], str] | None,
     version: int | None,
     tables_may_be_empty: bool = True,
     change_rows: Mapping[str, int] | None = None,
-) -> tuple[int, float]:
-    """MERGE this batch's subscription moves into every relation the view follows: (rows, seconds).
-    An empty subscription table (`tables_may_be_empty`: not yet known filled) is appended to; a
-    table this process already wrote every one of the moves to is left alone (`gold.applied`).
+) -> int:
+    """MERGE this batch's subscription moves into every relation the view follows; rows written.
+
+    When the view's earlier batches did not write theirs (gold's `SUBSCRIPTIONS_PROPERTY` is not
+    `maintained`), every relation is caught up instead: silver current's subscriptions, which
+    hold this batch's moves and every one before, then the property is set. An empty
+    subscription table (`tables_may_be_empty`: not yet known filled) is appended to; a table
+    this process already wrote every one of the moves to is left alone (`gold.applied`).
     `change_rows` (rows per source) bounds a source's moves, so a large batch is not collected."""
-    started = time.monotonic()
+    catch_up = not subscriptions_maintained(session, target)
     written = 0
     for left, fk in plan.relations:
-        if left.name not in changes:
-            continue
-        table = subscription_table(pipeline, left, fk.name)
-        # computed once (MERGE then reads it twice without copying it first)
-        updates = subscription_updates(changes[left.name], left, fk).localCheckpoint(eager=True)
-        moves = collected_moves(updates, (change_rows or {}).get(left.name))  # a small batch's count and key ranges too
-        if moves is not None:
-            key = updates.columns.index(left.primary_key[0])
-            rows, ranges = len(moves), key_ranges(m[key] for m in moves)
+        if catch_up:
+            current = session.read.table(silver_current_table(pipeline, left))
+            updates = current_subscriptions(current, left, fk)
+            bound: int | None = table_rows(session, [silver_current_table(pipeline, left)])[0]
+        elif left.name in changes:
+            updates = subscription_updates(changes[left.name], left, fk)
+            bound = (change_rows or {}).get(left.name)
         else:
-            rows, ranges = count_and_ranges(updates, left.primary_key[0], KEY_COLLECT_LIMIT)
-        if rows == 0:
             continue
-        app = application_id(session)
-        with APPLIED.writing(app, table):  # another view's write of this table in this process first
-            if moves is not None and not APPLIED.missing(app, table, moves):
-                continue  # every move is in the table already: the MERGE would change nothing
-            written += _write_subscriptions(session, table, updates, left, fk, rows, ranges, app_id, version, tables_may_be_empty)
-            if moves is not None:
-                APPLIED.record(app, table, moves)
-    return written, time.monotonic() - started
+        # computed once (MERGE then reads it twice without copying it first)
+        written += _apply_moves(session, subscription_table(pipeline, left, fk.name), updates.localCheckpoint(eager=True),
+                                left, fk, bound, app_id, version, tables_may_be_empty or catch_up)
+    if catch_up:
+        record_subscriptions(session, target, maintained=True)
+    return written
+
+
+def _apply_moves(
+    session: SparkSession,
+    table: str,
+    updates: DataFrame,
+    left: Source,
+    fk: ForeignKey,
+    bound: int | None,
+    app_id: Callable[[str], str] | None,
+    version: int | None,
+    table_may_be_empty: bool,
+) -> int:
+    """One relation's `updates` into its subscription table, unless this process wrote them all
+    already; rows written. `bound` (at least the updates' rows) keeps a large batch from being collected."""
+    moves = collected_moves(updates, bound)  # a small batch's count and key ranges too
+    if moves is not None:
+        key = updates.columns.index(left.primary_key[0])
+        rows, ranges = len(moves), key_ranges(m[key] for m in moves)
+    else:
+        rows, ranges = count_and_ranges(updates, left.primary_key[0], KEY_COLLECT_LIMIT)
+    if rows == 0:
+        return 0
+    app = application_id(session)
+    with APPLIED.writing(app, table):  # another view's write of this table in this process first
+        if moves is not None and not APPLIED.missing(app, table, moves):
+            return 0  # every move is in the table already: the MERGE would change nothing
+        written = _write_subscriptions(session, table, updates, left, fk, rows, ranges, app_id, version, table_may_be_empty)
+        if moves is not None:
+            APPLIED.record(app, table, moves)
+    return written
 
 
 def _write_subscriptions(
@@ -309,40 +369,41 @@ def _refresh_gold(
     session: SparkSession,
     pipeline: Pipeline,
     plan: ViewPlan,
+    target: str,
     changes: Mapping[str, DataFrame],
     app_id: Callable[[str], str] | None,
     version: int | None,
-    gold_may_be_empty: bool,
-    change_rows: Mapping[str, int] | None = None,
+    building: bool,
+    change_rows: Mapping[str, int] | None,
+    early: RefreshDecision | None,
+    sizes: tuple[int, int, int] | None,
+    clock: PhaseClock,
 ) -> dict[str, Any]:
-    """Bring gold up to date with one batch: by the affected keys, or by a recompute diffed
-    against gold when the cost model (`lakehouse.gold.cost`) finds that cheaper."""
-    clock = PhaseClock()
+    """Bring gold up to date with one batch: the whole view appended when `building` (gold holds
+    no file), else by the affected keys, or by a recompute diffed against gold when the cost
+    model (`lakehouse.gold.cost`) finds that cheaper (`early`: it found so before any key was
+    counted; `sizes`: the tables' sizes it weighs, None when `options.gold_refresh` pins the path)."""
     stats: dict[str, Any] = {"affected_keys": 0, "inserted": 0, "updated": 0, "deleted": 0, "phases": clock.phases}
-    target = gold_table(pipeline, plan.view.name)
     txn = app_id(target) if app_id else None
-    if gold_may_be_empty and num_files(session, target) == 0:
+    if building:
         # Nothing to diff against (a first run, a rebuild): the whole view, appended, is gold.
         inserted = append_to_empty_gold(session, pipeline, plan, txn, version)
+        forget_table_rows(session, target)  # the model counted it empty
         stats.update(affected_keys=inserted, inserted=inserted, path="build", reason="gold held no file: the whole view appended")
         clock.lap("build")
         return stats
-    forced = forced_refresh(pipeline.options.gold_refresh)
-    if forced is not None and forced.path == "recompute":
-        return _by_recompute(session, pipeline, plan, target, txn, version, forced, stats, clock)
-    sizes = _sizes(session, pipeline, plan, target) if forced is None else None
+    if early is not None:
+        return _by_recompute(session, pipeline, plan, target, txn, version, early, stats, clock)
     overhead = pipeline.options.gold_incremental_overhead_rows
     base = plan.base.source
     rows_bound = (change_rows or {}).get(base.name)  # the batch's base change rows: a bound from above on its keys
-    early = recompute_whatever_the_keys(*sizes, overhead) if sizes is not None else None
-    if early is None and sizes is not None and base.name in changes and counting_keys_may_pick_recompute(rows_bound, *sizes, overhead):
+    if sizes is not None and base.name in changes and counting_keys_may_pick_recompute(rows_bound, *sizes, overhead):
         # the batch's own base keys: a lower bound on the affected keys
         changed_base = changes[base.name].select(*base.primary_key).distinct().count()
-        early = choose_refresh(RefreshEstimate(changed_base, *sizes, overhead), keys_are_a_lower_bound=True)
-    if early is not None and early.path == "recompute":
+        lower = choose_refresh(RefreshEstimate(changed_base, *sizes, overhead), keys_are_a_lower_bound=True)
         clock.lap("cost")
-        return _by_recompute(session, pipeline, plan, target, txn, version, early, stats, clock)
-    clock.lap("cost")
+        if lower.path == "recompute":
+            return _by_recompute(session, pipeline, plan, target, txn, version, lower, stats, clock)
     changed = {name: rows.select(*pipeline.source(name).primary_key) for name, rows in changes.items()}
     keys = affected_base_keys(
         plan,
@@ -359,7 +420,9 @@ def _refresh_gold(
     clock.lap("keys")
     if count == 0:
         return stats
-    decision = forced or choose_refresh(RefreshEstimate(count, *sizes, overhead))
+    forced = forced_refresh(pipeline.options.gold_refresh)
+    assert forced is not None or sizes is not None
+    decision = forced or choose_refresh(RefreshEstimate(count, *sizes, overhead))  # type: ignore[misc]
     if decision.path == "recompute":
         return _by_recompute(session, pipeline, plan, target, txn, version, decision, stats, clock)
     stats.update(path="incremental", reason=decision.reason)

@@ -32,6 +32,7 @@ from lakehouse.gold import (
     subscription_updates,
     view_plan,
 )
+from lakehouse.gold.delta import subscriptions_maintained
 from lakehouse.paths import checkpoint_dir
 from lakehouse.gold.analyst import analyst_view
 from lakehouse.tables import gold_table, silver_current_table, subscription_table
@@ -599,6 +600,47 @@ def test_the_cost_model_recomputes_a_batch_that_changes_most_rows_and_the_change
         ("update_postimage", 101), ("update_preimage", 101)
     ]
     assert_gold_equals_oracle(spark, pipeline, ["orders_enriched"])
+
+
+def test_a_view_recomputed_whatever_its_keys_writes_no_subscription_and_catches_them_up_before_it_walks_them(
+    spark, lake: Path, shop_pipeline: Pipeline
+):
+    """A view small enough to be recomputed every batch never walks its subscriptions, so it does
+    not write them (the property on gold says so). The first batch that walks them (here: the
+    model without the incremental path's fixed cost) catches them up from silver current first,
+    moves made meanwhile included, and finds every order of a renamed customer through them.
+    A view that recomputes again marks them behind."""
+    small = variant(shop_pipeline, refresh="auto")  # the measured fixed cost: recomputed whatever the keys
+    grown = small.with_options(gold_incremental_overhead_rows=0)
+    create_silver(spark, small)
+    apply(spark, small, "customers", Change({"id": 1, "name": "ann"}, 1), Change({"id": 2, "name": "bob"}, 2))
+    apply(spark, small, "orders", *[Change({"id": 100 + i, "customer_id": 1, "status": "new"}, 10 + i) for i in range(30)])
+    table, sub = gold_table(small, "orders_enriched"), subscription_table(small, small.source("orders"), "customer")
+
+    built = run_gold(spark, small, lake, views=["orders_enriched"]).views["orders_enriched"]
+    assert built.paths == {"build": 1} and built.subscriptions_written == 0
+    apply(spark, small, "orders", Change({"id": 129, "customer_id": 2, "status": "moved"}, 50),  # a move
+          Change(None, 51, key={"id": 128}))  # a delete
+    run = run_gold(spark, small, lake, views=["orders_enriched"]).views["orders_enriched"]
+    assert run.paths == {"recompute": 1} and run.subscriptions_written == 0, run.last_reason
+    assert spark.table(sub).count() == 0 and not subscriptions_maintained(spark, table)
+    assert_gold_equals_oracle(spark, small, ["orders_enriched"])
+
+    apply(spark, small, "customers", Change({"id": 2, "name": "bobby"}, 60))
+    run = run_gold(spark, grown, lake, views=["orders_enriched"]).views["orders_enriched"]
+    assert run.paths == {"incremental": 1} and run.affected_keys == 1, run.last_reason  # order 129, found through them
+    assert run.subscriptions_written == 29 and subscriptions_maintained(spark, table)  # every live order, 128 not
+    assert sorted((r["customer_id"], r["id"]) for r in spark.table(sub).collect()) == sorted(
+        [(1, 100 + i) for i in range(28)] + [(2, 129)]
+    )
+    assert_gold_equals_oracle(spark, small, ["orders_enriched"])
+
+    apply(spark, small, "orders", Change({"id": 100, "customer_id": 2, "status": "moved"}, 70))
+    filled = table_version(spark, sub)
+    run = run_gold(spark, small, lake, views=["orders_enriched"]).views["orders_enriched"]
+    assert run.paths == {"recompute": 1} and run.subscriptions_written == 0
+    assert table_version(spark, sub) == filled and not subscriptions_maintained(spark, table)
+    assert_gold_equals_oracle(spark, small, ["orders_enriched"])
 
 
 def test_key_ranges_computed_in_spark_equal_those_computed_on_the_driver(spark):
