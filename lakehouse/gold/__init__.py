@@ -139,6 +139,7 @@ from lakehouse.gold.runner import (  # noqa: F401
     change_stream,
     decode_changes,
     process_changes,
+    catch_up_subscriptions,
     append_to_empty_gold,
     prepare_view,
     start_view,

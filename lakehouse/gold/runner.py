@@ -286,28 +286,41 @@ def _maintain_subscriptions(
     """MERGE this batch's subscription moves into every relation the view follows; rows written.
 
     When the view's earlier batches did not write theirs (gold's `SUBSCRIPTIONS_PROPERTY` is not
-    `maintained`), every relation is caught up instead: silver current's subscriptions, which
-    hold this batch's moves and every one before, then the property is set. An empty
+    `maintained`), every relation is caught up instead (`catch_up_subscriptions`): silver
+    current's subscriptions hold this batch's moves and every one before. An empty
     subscription table (`tables_may_be_empty`: not yet known filled) is appended to; a table
     this process already wrote every one of the moves to is left alone (`gold.applied`).
     `change_rows` (rows per source) bounds a source's moves, so a large batch is not collected."""
-    catch_up = not subscriptions_maintained(session, target)
+    if not subscriptions_maintained(session, target):
+        return catch_up_subscriptions(session, pipeline, plan, app_id, version)
     written = 0
     for left, fk in plan.relations:
-        if catch_up:
-            current = session.read.table(silver_current_table(pipeline, left))
-            updates = current_subscriptions(current, left, fk)
-            bound: int | None = table_rows(session, [silver_current_table(pipeline, left)])[0]
-        elif left.name in changes:
-            updates = subscription_updates(changes[left.name], left, fk)
-            bound = (change_rows or {}).get(left.name)
-        else:
+        if left.name not in changes:
             continue
         # computed once (MERGE then reads it twice without copying it first)
-        written += _apply_moves(session, subscription_table(pipeline, left, fk.name), updates.localCheckpoint(eager=True),
-                                left, fk, bound, app_id, version, tables_may_be_empty or catch_up)
-    if catch_up:
-        record_subscriptions(session, target, maintained=True)
+        updates = subscription_updates(changes[left.name], left, fk).localCheckpoint(eager=True)
+        written += _apply_moves(session, subscription_table(pipeline, left, fk.name), updates, left, fk,
+                                (change_rows or {}).get(left.name), app_id, version, tables_may_be_empty)
+    return written
+
+
+def catch_up_subscriptions(
+    session: SparkSession,
+    pipeline: Pipeline,
+    plan: ViewPlan,
+    app_id: Callable[[str], str] | None = None,
+    version: int | None = None,
+) -> int:
+    """MERGE silver current's subscriptions (`frames.current_subscriptions`) into every relation
+    the view follows, then set gold's `SUBSCRIPTIONS_PROPERTY` to `maintained`; rows written.
+    What a view's batch does before walking subscriptions its earlier batches did not write."""
+    written = 0
+    for left, fk in plan.relations:
+        current = silver_current_table(pipeline, left)
+        updates = current_subscriptions(session.read.table(current), left, fk).localCheckpoint(eager=True)
+        written += _apply_moves(session, subscription_table(pipeline, left, fk.name), updates, left, fk,
+                                table_rows(session, [current])[0], app_id, version, True)
+    record_subscriptions(session, gold_table(pipeline, plan.view.name), maintained=True)
     return written
 
 
