@@ -232,8 +232,8 @@ def process_changes(
 
     Callable without a stream: tests hand it change rows directly. `stats["phases"]` holds
     seconds per phase (subscriptions, cost, keys, recompute, merge) for progress lines and the
-    benchmark. Subscriptions first, so a right change in the same batch already finds the
-    left rows that moved to it; a batch recomputed whatever its keys (`options.gold_refresh:
+    benchmark. The cost model's early decision first, then subscriptions, so a right change in
+    the same batch already finds the left rows that moved to it; a batch recomputed whatever its keys (`options.gold_refresh:
     recompute`, or a view small enough for the incremental path's fixed cost to decide) walks no
     subscription and writes none: the next batch that walks them catches them up from silver
     current first (`_maintain_subscriptions`). `gold_may_be_empty=False` skips the emptiness
@@ -245,7 +245,7 @@ def process_changes(
     clock = PhaseClock()
     target = gold_table(pipeline, plan.view.name)
     building = gold_may_be_empty and num_files(session, target) == 0
-    early, sizes = _recompute_whatever_the_keys(session, pipeline, plan)
+    early, sizes = _recompute_whatever_the_keys(session, pipeline, plan, target)
     clock.lap("cost")
     written = 0
     if plan.relations:
@@ -260,7 +260,7 @@ def process_changes(
 
 
 def _recompute_whatever_the_keys(
-    session: SparkSession, pipeline: Pipeline, plan: ViewPlan
+    session: SparkSession, pipeline: Pipeline, plan: ViewPlan, target: str
 ) -> tuple[RefreshDecision | None, tuple[int, int, int] | None]:
     """(the batch's recompute when no key count could change it, else None; the tables' sizes
     when the cost model will weigh the batch): `options.gold_refresh` pinned to a path, or a view
@@ -268,7 +268,7 @@ def _recompute_whatever_the_keys(
     forced = forced_refresh(pipeline.options.gold_refresh)
     if forced is not None:
         return (forced if forced.path == "recompute" else None), None
-    sizes = _sizes(session, pipeline, plan, gold_table(pipeline, plan.view.name))
+    sizes = _sizes(session, pipeline, plan, target)
     return recompute_whatever_the_keys(*sizes, pipeline.options.gold_incremental_overhead_rows), sizes
 
 
@@ -319,7 +319,7 @@ def catch_up_subscriptions(
         current = silver_current_table(pipeline, left)
         updates = current_subscriptions(session.read.table(current), left, fk).localCheckpoint(eager=True)
         written += _apply_moves(session, subscription_table(pipeline, left, fk.name), updates, left, fk,
-                                table_rows(session, [current])[0], app_id, version, True)
+                                recent_table_rows(session, [current])[0], app_id, version, True)
     record_subscriptions(session, gold_table(pipeline, plan.view.name), maintained=True)
     return written
 
@@ -336,7 +336,8 @@ def _apply_moves(
     table_may_be_empty: bool,
 ) -> int:
     """One relation's `updates` into its subscription table, unless this process wrote them all
-    already; rows written. `bound` (at least the updates' rows) keeps a large batch from being collected."""
+    already; rows written. `bound` (about the updates' rows: a stale count costs a collect of the
+    first few at worst, `collected_moves`) keeps a large batch from being collected."""
     moves = collected_moves(updates, bound)  # a small batch's count and key ranges too
     if moves is not None:
         key = updates.columns.index(left.primary_key[0])
@@ -433,9 +434,8 @@ def _refresh_gold(
     clock.lap("keys")
     if count == 0:
         return stats
-    forced = forced_refresh(pipeline.options.gold_refresh)
-    assert forced is not None or sizes is not None
-    decision = forced or choose_refresh(RefreshEstimate(count, *sizes, overhead))  # type: ignore[misc]
+    # no sizes: `options.gold_refresh` pins the path (`_recompute_whatever_the_keys`)
+    decision = forced_refresh(pipeline.options.gold_refresh) if sizes is None else choose_refresh(RefreshEstimate(count, *sizes, overhead))
     if decision.path == "recompute":
         return _by_recompute(session, pipeline, plan, target, txn, version, decision, stats, clock)
     stats.update(path="incremental", reason=decision.reason)
