@@ -15,7 +15,12 @@ if [ ! -f "$py_stamp" ] || [ ! -x .venv/bin/python ]; then
   echo "setup: creating .venv and installing Python packages (pinned in pyproject.toml)"
   [ -x .venv/bin/python ] || "$PY" -m venv .venv
   .venv/bin/pip install -q --disable-pip-version-check --upgrade pip
-  .venv/bin/pip install -q --disable-pip-version-check -e ".[local,dev]"
+  # --no-compile: pip would byte-compile every module of every package (pyspark's and GX's most
+  # of all), where Python compiles the ones a process imports as it first imports them (and
+  # keeps them). Measured on a fresh venv with pip's cache warm, two runs each: 70.8 and 69.9 s
+  # with, 30.1 and 35.8 s without; the first import of the suite's packages then took 15.7 s
+  # against 14.0 s once compiled.
+  .venv/bin/pip install -q --disable-pip-version-check --no-compile -e ".[local,dev]"
   rm -f .cache/venv.*; touch "$py_stamp"
 fi
 # The checkout's development packages (devstack/, testkit/) are not in the wheel: a .pth puts the
