@@ -233,8 +233,8 @@ def process_changes(
     Callable without a stream: tests hand it change rows directly. `stats["phases"]` holds
     seconds per phase (subscriptions, cost, keys, recompute, merge) for progress lines and the
     benchmark. The cost model's early decision first, then subscriptions, so a right change in
-    the same batch already finds the left rows that moved to it; a batch recomputed whatever its keys (`options.gold_refresh:
-    recompute`, or a view small enough for the incremental path's fixed cost to decide) walks no
+    the same batch already finds the left rows that moved to it; a batch recomputed whatever
+    its keys (`options.gold_refresh: recompute`, or a view small enough for the incremental path's fixed cost to decide) walks no
     subscription and writes none: the next batch that walks them catches them up from silver
     current first (`_maintain_subscriptions`). `gold_may_be_empty=False` skips the emptiness
     check (a metadata query) that picks the whole-view append over the MERGE: the stream passes
@@ -291,8 +291,9 @@ def _maintain_subscriptions(
     subscription table (`tables_may_be_empty`: not yet known filled) is appended to; a table
     this process already wrote every one of the moves to is left alone (`gold.applied`).
     `change_rows` (rows per source) bounds a source's moves, so a large batch is not collected."""
-    if not subscriptions_maintained(session, target):
-        return catch_up_subscriptions(session, pipeline, plan, app_id, version)
+    caught_up = catch_up_subscriptions(session, pipeline, plan, app_id, version, target)
+    if caught_up is not None:
+        return caught_up
     written = 0
     for left, fk in plan.relations:
         if left.name not in changes:
@@ -310,17 +311,23 @@ def catch_up_subscriptions(
     plan: ViewPlan,
     app_id: Callable[[str], str] | None = None,
     version: int | None = None,
-) -> int:
-    """MERGE silver current's subscriptions (`frames.current_subscriptions`) into every relation
-    the view follows, then set gold's `SUBSCRIPTIONS_PROPERTY` to `maintained`; rows written.
-    What a view's batch does before walking subscriptions its earlier batches did not write."""
+    target: str | None = None,
+) -> int | None:
+    """When gold's `SUBSCRIPTIONS_PROPERTY` says the view's earlier batches did not write their
+    subscription moves, MERGE silver current's subscriptions (`frames.current_subscriptions`)
+    into every relation the view follows and set it to `maintained`; rows written, or None when
+    nothing was behind (or the view follows no relation). What a batch does before it walks
+    them. `target`: the view's gold table, when the caller has its name."""
+    target = target or gold_table(pipeline, plan.view.name)
+    if not plan.relations or subscriptions_maintained(session, target):
+        return None
     written = 0
     for left, fk in plan.relations:
         current = silver_current_table(pipeline, left)
         updates = current_subscriptions(session.read.table(current), left, fk).localCheckpoint(eager=True)
         written += _apply_moves(session, subscription_table(pipeline, left, fk.name), updates, left, fk,
                                 recent_table_rows(session, [current])[0], app_id, version, True)
-    record_subscriptions(session, gold_table(pipeline, plan.view.name), maintained=True)
+    record_subscriptions(session, target, maintained=True)
     return written
 
 

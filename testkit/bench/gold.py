@@ -44,7 +44,6 @@ from pyspark.sql import functions as F
 
 from lakehouse.declaration import REFRESH_MODES, Pipeline, Source
 from lakehouse.gold import ViewPlan, ViewRun, catch_up_subscriptions, full_recompute, num_files, run_gold, subscription_sizes, view_plan
-from lakehouse.gold.delta import subscriptions_maintained
 from testkit.reference_silver import apply_silver_changes, changes_schema, create_silver_current
 from lakehouse.paths import checkpoint_dir
 from lakehouse.tables import gold_table, silver_current_schema, silver_current_table, subscription_table
@@ -292,10 +291,9 @@ def _catch_up(spark: SparkSession, pipeline: Pipeline, plan: ViewPlan) -> float:
     (a batch recomputed whatever its keys writes none), before a run that may walk them: the
     modes rotate from run to run here, where a stream pays this once when its view outgrows
     the recompute, so it is timed apart from the run (0 when nothing was behind)."""
-    if not plan.relations or subscriptions_maintained(spark, gold_table(pipeline, plan.view.name)):
-        return 0.0
     started = time.monotonic()
-    catch_up_subscriptions(spark, pipeline, plan)
+    if catch_up_subscriptions(spark, pipeline, plan) is None:
+        return 0.0
     return round(time.monotonic() - started, 2)
 
 

@@ -553,7 +553,6 @@ def test_bench_gold_smoke(spark, lake: Path, shop_pipeline: Pipeline):
     assert all(size["rows"] > 0 for size in result["subscriptions"].values())
     # the build, recomputed at this size, wrote no subscription: caught up apart from the runs' times
     assert result["subscriptions_catch_up_s"] > 0
-    assert all(run["subscriptions_catch_up_s"] == 0 for run in result["runs"] if run["refresh"] == "recompute")
 
 
 @pytest.mark.long
