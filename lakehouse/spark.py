@@ -57,6 +57,9 @@ def build_local_spark(
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("CDC_ENRICH_SPARK_LOG_LEVEL", "ERROR"))
+    from lakehouse.py4j_cache import remember_lookups  # py4j: a local driver's, not a Connect client's
+
+    remember_lookups(spark.sparkContext._jvm)
     return spark
 
 

@@ -59,3 +59,30 @@ def test_the_suites_driver_maps_the_class_archive_that_setup_built(spark) -> Non
     assert mapped, info[:2000]
     size = int(mapped[0].split("size ")[1].split(",")[0])
     assert size > archive.stat().st_size, (size, archive.stat().st_size)
+
+
+def test_the_local_driver_asks_the_jvm_for_a_class_or_static_method_once(spark) -> None:
+    """`lakehouse.py4j_cache`: PySpark's lookups of `functions` and its methods (every `F.col`)
+    are answered on the Python side after the first; a static field's value is asked each time."""
+    from pyspark.sql import functions as F
+
+    from lakehouse.py4j_cache import CachedJVMView
+
+    jvm = spark.sparkContext._jvm
+    assert type(jvm) is CachedJVMView
+    client = jvm._gateway_client
+    sent: list[str] = []
+    send = client.send_command
+    client.send_command = lambda command, *a, **k: sent.append(command) or send(command, *a, **k)
+    try:
+        F.col("warm")  # the first lookup of the class and of `col` may ask the JVM
+        sent.clear()
+        assert str(F.col("a")) == "Column<'a'>"
+        kinds = [c.split("\n")[0] for c in sent]
+        assert "c" in kinds and "r" not in kinds  # calls (`col`, `toString`), no reflection round trip
+        integer = getattr(jvm, "java.lang.Integer")
+        assert integer is getattr(jvm, "java.lang.Integer")
+        assert integer.MAX_VALUE == 2**31 - 1 and "MAX_VALUE" not in vars(integer)  # a field: asked again
+        assert integer.valueOf(7) == 7 and "valueOf" in vars(integer)  # a static method: kept
+    finally:
+        del client.send_command

@@ -2,7 +2,8 @@
 checked in the source: classic-only APIs appear only where a classic session is certain.
 
 - `sparkContext`, `SparkContext` and py4j: the local session's builder and the Column cache key
-  (`lakehouse/spark.py`), and bronze's JVM decoder (`lakehouse/bronze/fast_jvm.py`), which
+  (`lakehouse/spark.py`), the local driver's remembered py4j lookups (`lakehouse/py4j_cache.py`,
+  which only that builder installs), and bronze's JVM decoder (`lakehouse/bronze/fast_jvm.py`), which
   `decoding_with` never picks under Connect;
 - no RDDs, `cache()`, `persist()` anywhere (serverless refuses them);
 - no `DeltaTable` builder: Delta is written through SQL (`lakehouse/deltasql.py`), which a plain
@@ -17,7 +18,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 ENGINE = [p for d in ("lakehouse", "jobs", "cdc_enrich") for p in sorted((ROOT / d).rglob("*.py"))]
-CLASSIC_ONLY = {"lakehouse/spark.py", "lakehouse/bronze/fast_jvm.py"}
+CLASSIC_ONLY = {"lakehouse/spark.py", "lakehouse/py4j_cache.py", "lakehouse/bronze/fast_jvm.py"}
 
 
 def _code_lines(path: Path) -> list[tuple[int, str]]:
