@@ -12,6 +12,8 @@ Sequence: one comparable `decimal(38,0)` per change, built from the source's rul
 
 from __future__ import annotations
 
+import functools
+
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -37,8 +39,10 @@ from lakehouse.deltasql import session_setting
 SEQUENCE_TYPE = DecimalType(38, 0)
 
 
+@functools.lru_cache(maxsize=None)
 def spark_type(type_name: str) -> DataType:
-    """The Spark type of a declared column type (`bigint`, `decimal(10,2)`, ...)."""
+    """The Spark type of a declared column type (`bigint`, `decimal(10,2)`, ...). Remembered:
+    PySpark parses a type name in the JVM (a round trip each; ~50 per silver batch)."""
     return _parse_datatype_string(type_name)
 
 
