@@ -13,7 +13,6 @@ Sequence: one comparable `decimal(38,0)` per change, built from the source's rul
 from __future__ import annotations
 
 import functools
-
 from contextlib import contextmanager
 from typing import Iterator
 
