@@ -45,8 +45,8 @@ os.environ.setdefault("CDC_ENRICH_JVM_OPTIONS", "-XX:TieredStopAtLevel=1")
 # and 2 shuffle partitions; 7.1-9.1 s and 4.6-5.3 s with 1 and 1 (its 26 broadcast jobs a
 # repetition: 12.3 s against 4.3 s over three). The suite on two workers: pytest 2,055 s, then 1,687 s.
 # Adaptive execution is off in them: on frames of a few rows it re-plans nothing worth having,
-# and it submits every shuffle and broadcast stage as a Spark job of its own (a quality run over
-# the shop's tables: 217 jobs with it, 132 without). Ten silver, gold, windowed and global specs
+# and it submits every shuffle stage as a Spark job of its own (a quality run over the shop's
+# tables: 217 jobs with it, 132 without). Ten silver, gold, windowed and global specs
 # on two workers, four runs each, alternated (2026-11-29): 252.5 / 264.8 / 270.2 / 265.8 s with
 # it, 253.1 / 224.6 / 246.4 / 248.5 s without (medians 265.3 s and 247.4 s, -7 %). Results do not
 # depend on it; the e2e tests' job processes keep it on, as production does.
