@@ -236,11 +236,12 @@ def process_changes(
     the same batch already finds the left rows that moved to it; a batch recomputed whatever
     its keys (`options.gold_refresh: recompute`, or a view small enough for the incremental
     path's fixed cost to decide) walks no subscription and writes none: the next batch that
-    walks them catches them up from silver current first (`_maintain_subscriptions`). `gold_may_be_empty=False` skips the emptiness
-    check (a metadata query) that picks the whole-view append over the MERGE: the stream passes
-    it once its first batch has run, since the MERGE path is right on any table, only slower to
-    fill one. `change_rows` (rows per source in the batch, which the stream counts anyway) bounds
-    each source's changed keys from above, so a small batch skips counting them for the cost model.
+    walks them catches them up from silver current first (`_maintain_subscriptions`).
+    `gold_may_be_empty=False` skips the emptiness check (a metadata query) that picks the
+    whole-view append over the MERGE: the stream passes it once its first batch has run, since
+    the MERGE path is right on any table, only slower to fill one. `change_rows` (rows per
+    source in the batch, which the stream counts anyway) bounds each source's changed keys from
+    above, so a small batch skips counting them for the cost model.
     """
     clock = PhaseClock()
     target = gold_table(pipeline, plan.view.name)
