@@ -7,6 +7,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from lakehouse.declaration import Pipeline, parse_pipeline
 
 VARIANT_VIEWS = """
@@ -69,6 +71,16 @@ def five_tables(pipeline: Pipeline) -> Pipeline:
         views[name] = replace(view, joins=tuple(j for j in view.joins if j.alias not in dropped),
                               columns=tuple(c for c in view.columns if c.alias not in dropped))
     return replace(pipeline, sources={n: s for n, s in pipeline.sources.items() if n not in DEMO_EXTRAS}, views=views)
+
+
+def narrowed_file(raw: dict[str, Any], *views: str) -> dict[str, Any]:
+    """`narrowed` on a pipeline file's parsed YAML (for tests that hand a job a file): the same
+    views and sources, read off the parsed pipeline."""
+    kept = narrowed(parse_pipeline(yaml.safe_dump(raw, sort_keys=False), filename="narrowed.yml"), *views)
+    out = copy.deepcopy(raw)
+    out["sources"] = {n: s for n, s in out["sources"].items() if n in kept.sources}
+    out["views"] = {n: v for n, v in out.get("views", {}).items() if n in kept.views}
+    return out
 
 
 def five_tables_file(raw: dict[str, Any]) -> dict[str, Any]:

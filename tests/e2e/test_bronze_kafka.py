@@ -34,7 +34,7 @@ from lakehouse.tables import bronze_table, quarantine_table
 from testkit.bench.ingest import isolated_pipeline
 from tests.conftest import REPO
 from tests.integration.test_bronze import UTC, _tag, _valid_records
-from tests.shop_views import five_tables, five_tables_file
+from tests.shop_views import five_tables, five_tables_file, narrowed_file
 from tests.unit.test_debezium import change, decimal_b64, dumps
 
 
@@ -167,11 +167,14 @@ def _table_rows_all(spark: SparkSession, pipeline: Pipeline) -> list[tuple]:
 # --------------------------------------------------------------------------- kill -9 and restart
 
 
-def _pipeline_file(shop_pipeline: Pipeline, directory: Path, tag: str) -> tuple[Path, Pipeline]:
-    """A copy of the shop pipeline file (its five core tables) with its own name, topic prefix and schemas."""
+def _pipeline_file(shop_pipeline: Pipeline, directory: Path, tag: str, *views: str) -> tuple[Path, Pipeline]:
+    """A copy of the shop pipeline file (its five core tables, or only `views` and the sources
+    they read) with its own name, topic prefix and schemas."""
     from lakehouse.declaration import load_pipeline
 
     raw = five_tables_file(yaml.safe_load((REPO / "schemas" / "shop" / "pipeline.yml").read_text()))
+    if views:
+        raw = narrowed_file(raw, *views)
     raw["name"] = f"shop_{tag}"
     raw["kafka"]["topic_prefix"] = f"shop-{tag}"
     for layer in ("bronze", "silver", "gold", "quality"):
@@ -194,7 +197,8 @@ def _job(pipeline_file: Path, lake: Path, bootstrap: str, max_offsets: int, log:
 @pytest.mark.kafka
 def test_kill_dash_9_mid_stream_then_restart_is_complete_and_unique(spark: SparkSession, shop_pipeline: Pipeline, kafka_bootstrap: str, tmp_path: Path) -> None:
     tag = "crash" + _tag()
-    pipeline_file, pipeline = _pipeline_file(shop_pipeline, tmp_path, tag)
+    # two sources (orders_enriched's): two streams and the undeclared topics' one restart together
+    pipeline_file, pipeline = _pipeline_file(shop_pipeline, tmp_path, tag, "orders_enriched")
     job_lake = tmp_path / "lake"  # its own metastore: the test session holds the shared one
     rng = random.Random(5)
     records = []
