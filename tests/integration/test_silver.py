@@ -113,11 +113,20 @@ class Env:
         """One micro-batch through `apply_batch` (what foreachBatch calls)."""
         return apply_batch(self.frame(list(changes)), batch_id, self.pipeline, self.source, self.app_id)
 
+    def bronze(self) -> str:
+        """The bronze table, created on first use: most specs hand batches to `apply` and never read it."""
+        name = bronze_table(self.pipeline, self.source)
+        if not self.spark.catalog.tableExists(name):
+            self.spark.sql(f"CREATE SCHEMA IF NOT EXISTS {self.pipeline.tables.bronze_schema}")
+            DeltaTable.createIfNotExists(self.spark).tableName(name).addColumns(bronze_schema(self.source)).execute()
+        return name
+
     def append(self, *changes: BronzeChange) -> None:
         """Append to the bronze table (for the streaming runner)."""
-        self.frame(list(changes)).write.format("delta").mode("append").saveAsTable(bronze_table(self.pipeline, self.source))
+        self.frame(list(changes)).write.format("delta").mode("append").saveAsTable(self.bronze())
 
     def run(self):
+        self.bronze()
         return run_silver(self.spark, self.pipeline, self.lake, sources=[self.source.name])
 
     # ---- reading
@@ -155,7 +164,7 @@ class Env:
 
 @pytest.fixture
 def make_env(spark, shop_pipeline, tmp_path):
-    """Build an Env for a source with its own bronze and silver schemas, tables created."""
+    """Build an Env for a source with its own bronze and silver schemas, silver's tables created."""
 
     def build(source_name: str = "products", **options: Any) -> Env:
         tag = uuid.uuid4().hex[:8]
@@ -164,9 +173,7 @@ def make_env(spark, shop_pipeline, tmp_path):
             tables=dataclasses.replace(shop_pipeline.tables, catalog=None, bronze_schema=f"t{tag}_bronze", silver_schema=f"t{tag}_silver"),
         ).with_options(**options)
         source = pipeline.source(source_name)
-        spark.sql(f"CREATE SCHEMA IF NOT EXISTS {pipeline.tables.bronze_schema}")
-        DeltaTable.createIfNotExists(spark).tableName(bronze_table(pipeline, source)).addColumns(bronze_schema(source)).execute()
-        ensure_silver_tables(spark, pipeline, source)
+        ensure_silver_tables(spark, pipeline, source)  # the bronze table: `Env.bronze`
         return Env(spark, pipeline, source, tmp_path / tag)
 
     return build
@@ -726,6 +733,7 @@ def test_upkeep_compacts_history_optimizes_and_vacuums_keeping_time_travel(make_
     # per batch), where files pile up; a small table's MERGE rewrites its touched file instead
     monkeypatch.setattr(lakehouse.deltasql, "REWRITE_BELOW_BYTES", -1)
     env = make_env(history_retention_days=3)
+    env.bronze()  # upkeep walks every layer's tables
     tag = env.pipeline.tables.silver_schema.removesuffix("_silver")
     env.pipeline = dataclasses.replace(
         env.pipeline, tables=dataclasses.replace(env.pipeline.tables, gold_schema=f"{tag}_gold", quality_schema=f"{tag}_quality")
