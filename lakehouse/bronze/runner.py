@@ -448,12 +448,13 @@ def bronze_streams(
     # JVM pass a few dozen: built side by side, since each thread waits on its own JVM connection.
     with ThreadPoolExecutor(max_workers=max(1, len(pipeline.sources))) as pool:
         plans: list[tuple[_Stream, DataFrame]] = list(pool.map(plan, pipeline.sources.values()))
-    if undeclared_topics and undeclared_topics_exist(topics, pipeline):
+    undeclared = undeclared_topics and undeclared_topics_exist(topics, pipeline)
+    if undeclared:
         raw = kafka_stream(spark, connection, starting, max_offsets, pattern=undeclared_pattern(pipeline))
         plans.append((_UndeclaredStream(pipeline, base / _UndeclaredStream.name, post.mailbox), raw))
     say(
         f"bronze {pipeline.name}: {len(pipeline.sources)} source streams"
-        f"{' + 1 for undeclared ' + pipeline.kafka.topic_prefix + '.' + pipeline.kafka.source_schema + '.* topics' if undeclared_topics else ''} "
+        f"{' + 1 for undeclared ' + pipeline.kafka.topic_prefix + '.' + pipeline.kafka.source_schema + '.* topics' if undeclared else ''} "
         f"from {bootstrap}{'' if connection.secured == 'PLAINTEXT' else ' (' + connection.secured + ')'}, trigger {trigger}, at most {max_offsets} records per batch, decoding with the {report.decoding}, checkpoints {base}"
     )
     return [_bronze_stream(handler, frame, base, pipeline, post) for handler, frame in plans], report, say

@@ -149,6 +149,7 @@ def test_fuzzed_traffic_through_kafka_bronze_plus_quarantine_is_everything(spark
     assert report.tables["products"].quarantined == len(expected_bad) - 1
     assert all(t.batches >= 2 for t in report.tables.values())  # at most 20 records per batch
     assert any("/products batch 1:" in m for m in messages) and "quarantine" in report.render()
+    assert any(f"5 source streams + 1 for undeclared {pipeline.kafka.topic_prefix}." in m for m in messages), messages[:1]
     assert report.decoding == "JVM decoder" and "parser hybrid: JVM decoder" in report.render()  # classic, jar attached
 
     again = bronze.run_bronze(spark, pipeline, lake, kafka_bootstrap)  # same checkpoint: nothing new
@@ -238,6 +239,7 @@ def test_kill_dash_9_mid_stream_then_restart_is_complete_and_unique(spark: Spark
             os.killpg(second.pid, signal.SIGKILL)
     log_text = (tmp_path / "second.log").read_text()
     assert "done" in log_text and " batch " in log_text, "the restart found nothing left to do: the kill came too late"
+    assert "2 source streams from " in log_text, "no undeclared topic: no stream for them, and the start line says so"
 
     warehouse = job_lake / "warehouse"
     good: list[tuple] = []
