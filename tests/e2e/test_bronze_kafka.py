@@ -198,7 +198,7 @@ def _job(pipeline_file: Path, lake: Path, bootstrap: str, max_offsets: int, log:
 @pytest.mark.kafka
 def test_kill_dash_9_mid_stream_then_restart_is_complete_and_unique(spark: SparkSession, shop_pipeline: Pipeline, kafka_bootstrap: str, tmp_path: Path) -> None:
     tag = "crash" + _tag()
-    # two sources (orders_enriched's): two streams and the undeclared topics' one restart together
+    # orders_enriched's two sources: two streams killed and restarted together (no undeclared topic here)
     pipeline_file, pipeline = _pipeline_file(shop_pipeline, tmp_path, tag, "orders_enriched")
     job_lake = tmp_path / "lake"  # its own metastore: the test session holds the shared one
     rng = random.Random(5)
