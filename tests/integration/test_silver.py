@@ -102,6 +102,7 @@ class Env:
     lake: Path
     offset: int = 0
     app_id: str = "test-app"
+    bronze_made: bool = False
 
     # ---- feeding
     def frame(self, changes: list[BronzeChange]):
@@ -116,9 +117,10 @@ class Env:
     def bronze(self) -> str:
         """The bronze table, created on first use: most specs hand batches to `apply` and never read it."""
         name = bronze_table(self.pipeline, self.source)
-        if not self.spark.catalog.tableExists(name):
+        if not self.bronze_made:
             self.spark.sql(f"CREATE SCHEMA IF NOT EXISTS {self.pipeline.tables.bronze_schema}")
             DeltaTable.createIfNotExists(self.spark).tableName(name).addColumns(bronze_schema(self.source)).execute()
+            self.bronze_made = True
         return name
 
     def append(self, *changes: BronzeChange) -> None:
