@@ -132,3 +132,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     a foreachBatch worker a fixed 10 s to connect back, which the suite's start (two Spark
     drivers and a broker starting) made it miss in stop 31's and stop 34's CI."""
     items.sort(key=lambda item: (item.get_closest_marker("long") is None, item.nodeid.startswith("tests/connect/")))
+
+
+
+@pytest.fixture(scope="session", autouse=True)
+def xdist_groups_hold(request: pytest.FixtureRequest) -> None:
+    """Fail every test of a `--dist loadgroup` run whose `xdist_group` marks grouped nothing.
+
+    pytest-xdist groups a marked test by a suffix it adds to the test's node id; pytest 9.2 keeps
+    node ids where xdist 3.8's suffix does not reach (pytest-dev/pytest-xdist#1386). The groups
+    then split silently across the workers, and each worker builds a group's module fixtures again
+    (the quality module's tables and reports: 53 s more in a run on two workers). A worker that
+    raised at collection would crash without this message, so the check fails the tests instead."""
+    if not getattr(request.config.option, "loadgroup", False):  # set on an xdist worker of a loadgroup run
+        return
+    session = request.session
+    ungrouped = [item.nodeid for item in session.items if item.get_closest_marker("xdist_group") and "@" not in item.nodeid]
+    if ungrouped:
+        pytest.fail(
+            f"--dist loadgroup did not group {len(ungrouped)} tests marked xdist_group (e.g. {ungrouped[0]}): "
+            "this pytest and pytest-xdist do not work together; install the versions pyproject.toml pins (make setup)",
+            pytrace=False,
+        )
