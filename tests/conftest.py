@@ -126,11 +126,22 @@ def secure_kafka(kafka_broker, lake: Path):
     return listener
 
 
+# The xdist group (`make test`: --dist loadgroup) of every test that uses the Kafka broker, so that
+# one worker starts one broker: a broker took 8-9 s of CPU to start and 4.8 s per idle two minutes
+# after (measured 2026-11-29), and each worker kept its own for the whole run.
+KAFKA_GROUP = "kafka"
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook turns groups into node ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests marked `long` first (stable otherwise): two workers then finish together instead of
-    one running a long test alone at the end. Spark Connect's last among them: its server gives
-    a foreachBatch worker a fixed 10 s to connect back, which the suite's start (two Spark
-    drivers and a broker starting) made it miss in stop 31's and stop 34's CI."""
+    """Tests that use the Kafka broker in one xdist group (`KAFKA_GROUP`). Tests marked `long`
+    first (stable otherwise): two workers then finish together instead of one running a long test
+    alone at the end. Spark Connect's last among them: its server gives a foreachBatch worker a
+    fixed 10 s to connect back, which the suite's start (two Spark drivers and a broker starting)
+    made it miss in stop 31's and stop 34's CI."""
+    for item in items:
+        if "kafka_broker" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group(KAFKA_GROUP))
     items.sort(key=lambda item: (item.get_closest_marker("long") is None, item.nodeid.startswith("tests/connect/")))
 
 

@@ -26,6 +26,7 @@ import pytest
 
 from devstack.procs import free_port
 from lakehouse.declaration import Pipeline, parse_pipeline
+from tests.conftest import KAFKA_GROUP
 from tests.shop_views import current_state_only, five_tables
 
 TRANSACTIONS = int(os.environ.get("CDC_ENRICH_PG_E2E_TRANSACTIONS", "300"))
@@ -36,8 +37,9 @@ SLOW_TRANSACTIONS = int(os.environ.get("CDC_ENRICH_PG_E2E_SLOW_TRANSACTIONS", "1
 MID_RUN_DRAIN = os.environ.get("CDC_ENRICH_PG_E2E_MID_DRAIN", "0") == "1"
 PLACEHOLDER = "__debezium_unavailable_value"
 
-# one worker runs the module (`make test`: --dist loadgroup), so its PostgreSQL cluster starts once
-pytestmark = [pytest.mark.kafka, pytest.mark.xdist_group("postgres_e2e")]
+# one worker runs the module (`make test`: --dist loadgroup), so its PostgreSQL cluster starts once;
+# the broker's group (tests/conftest.py), which its tests that read Kafka are in anyway
+pytestmark = [pytest.mark.kafka, pytest.mark.xdist_group(KAFKA_GROUP)]
 
 
 # --------------------------------------------------------------------------- preconditions and fixtures
