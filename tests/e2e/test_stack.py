@@ -26,7 +26,8 @@ from devstack.broker import (
 )
 from lakehouse.errors import StackError
 
-pytestmark = pytest.mark.kafka
+# one worker runs the module (`make test`: --dist loadgroup): its broker starts once
+pytestmark = [pytest.mark.kafka, pytest.mark.xdist_group("stack")]
 
 
 def _bindable(port: int) -> bool:
