@@ -127,7 +127,7 @@ def secure_kafka(kafka_broker, lake: Path):
 
 
 # The xdist group (`make test`: --dist loadgroup) of every test that uses the Kafka broker, so that
-# one worker starts one broker: a broker took 8-9 s of CPU to start and 4.8 s per idle two minutes
+# one worker starts one broker: a broker took 8.3 s of CPU to start and 4.8 s per idle two minutes
 # after (measured 2026-11-29), and each worker kept its own for the whole run.
 KAFKA_GROUP = "kafka"
 
