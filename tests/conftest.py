@@ -145,7 +145,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: (item.get_closest_marker("long") is None, item.nodeid.startswith("tests/connect/")))
 
 
-
 @pytest.fixture(scope="session", autouse=True)
 def xdist_groups_hold(request: pytest.FixtureRequest) -> None:
     """Fail every test of a `--dist loadgroup` run whose `xdist_group` marks grouped nothing.
@@ -153,8 +152,9 @@ def xdist_groups_hold(request: pytest.FixtureRequest) -> None:
     pytest-xdist groups a marked test by a suffix it adds to the test's node id; pytest 9.2 keeps
     node ids where xdist 3.8's suffix does not reach (pytest-dev/pytest-xdist#1386). The groups
     then split silently across the workers, and each worker builds a group's module fixtures again
-    (the quality module's tables and reports: 53 s more in a run on two workers). A worker that
-    raised at collection would crash without this message, so the check fails the tests instead."""
+    (the quality module's tables and reports: 53 s of setup built again in a `--durations=0` run
+    of the suite). A worker that raised at collection would crash without this message, so the
+    check fails the tests instead."""
     if not getattr(request.config.option, "loadgroup", False):  # set on an xdist worker of a loadgroup run
         return
     session = request.session
