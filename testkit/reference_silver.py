@@ -16,6 +16,7 @@ from lakehouse.tables import (
     silver_current_schema,
     silver_current_table,
 )
+from testkit.frames import local_frame
 
 # --------------------------------------------------------------------------- reference silver maintainer
 
@@ -50,7 +51,7 @@ def changes_frame(spark: SparkSession, source: Source, changes: Sequence[Change]
         image = dict(change.row) if change.row is not None else change.key_of(source)
         values = [image.get(c) for c in source.column_names]
         rows.append(tuple(values) + (Decimal(change.sequence), change.row is None))
-    return spark.createDataFrame(rows, changes_schema(source))
+    return local_frame(spark, rows, changes_schema(source))
 
 
 def create_silver_current(spark: SparkSession, pipeline: Pipeline, source: Source) -> str:

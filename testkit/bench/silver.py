@@ -27,6 +27,7 @@ from pyspark.sql import functions as F
 from lakehouse.declaration import Pipeline, Source
 from lakehouse.silver import apply_batch, ensure_silver_tables
 from lakehouse.tables import bronze_schema, silver_current_table, silver_history_table
+from testkit.frames import local_frame
 
 PLACEHOLDER = "__debezium_unavailable_value"
 
@@ -100,7 +101,7 @@ def bronze_rows(source: Source, changes: Iterable[BronzeChange], first_offset: i
 
 def bronze_frame(spark: SparkSession, source: Source, changes: Iterable[BronzeChange], first_offset: int = 0) -> DataFrame:
     """A bronze DataFrame of the given changes (for `apply_batch` or appending to bronze)."""
-    return spark.createDataFrame(bronze_rows(source, changes, first_offset), bronze_schema(source))
+    return local_frame(spark, bronze_rows(source, changes, first_offset), bronze_schema(source))
 
 
 # --------------------------------------------------------------------------- benchmark
