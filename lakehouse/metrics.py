@@ -37,6 +37,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.types import DoubleType, LongType, MapType, StringType, StructField, StructType, TimestampType
 
 from lakehouse.declaration import Pipeline
+from lakehouse.frames import local_frame
 
 log = logging.getLogger("lakehouse.metrics")
 
@@ -223,7 +224,7 @@ class MetricsRecorder:
             if not self._schema_ready:
                 self.spark.sql(f"CREATE SCHEMA IF NOT EXISTS {self.table.rsplit('.', 1)[0]}")
                 self._schema_ready = True
-            self.spark.createDataFrame(rows, METRICS_SCHEMA).write.format("delta").mode("append").saveAsTable(self.table)
+            local_frame(self.spark, rows, METRICS_SCHEMA).write.format("delta").mode("append").saveAsTable(self.table)
         except Exception:  # noqa: BLE001 - kept for the next flush; a metrics table must not stop the service
             log.warning("metrics: appending %d rows to %s failed; retried at the next flush", len(rows), self.table, exc_info=True)
             with self._lock:

@@ -24,6 +24,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType, Tim
 
 from lakehouse.declaration import Pipeline
 from lakehouse.deltasql import create_table, sql_literal
+from lakehouse.frames import local_frame
 from lakehouse.metrics import note_batch
 from lakehouse.spark import is_connect, write_time
 
@@ -85,7 +86,7 @@ class TableMailbox:
             self.run_id, outcome.stream, int(outcome.batch_id), outcome.subject, json.dumps(dict(outcome.stats), default=str),
             outcome.line, int(outcome.rows_in), int(outcome.rows_out), int(outcome.quarantined),
         )
-        frame = session.createDataFrame([row], OUTCOMES_SCHEMA).withColumn("written_at", write_time())
+        frame = local_frame(session, [row], OUTCOMES_SCHEMA).withColumn("written_at", write_time())
         frame.write.format("delta").mode("append").saveAsTable(self.table)
 
 

@@ -10,13 +10,13 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, StructField, StructType
 
 from lakehouse.declaration import Pipeline, Source
+from lakehouse.frames import local_frame
 from lakehouse.tables import (
     SEQUENCE_TYPE,
     row_struct,
     silver_current_schema,
     silver_current_table,
 )
-from testkit.frames import local_frame
 
 # --------------------------------------------------------------------------- reference silver maintainer
 

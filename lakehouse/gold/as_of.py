@@ -38,6 +38,7 @@ from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 
 from lakehouse.declaration import Pipeline, Source, View
 from lakehouse.deltasql import DELETION_VECTORS_WHEN_LARGE, create_table, matched_delete, matched_update, merge, not_matched_insert, source_values
+from lakehouse.frames import local_frame
 from lakehouse.gold import expression_join
 from lakehouse.gold.delta import append_tagged, ensure_gold_table, insert_new_rows, merge_into_gold, num_files, table_rows
 from lakehouse.gold.clock import PhaseClock
@@ -256,7 +257,7 @@ def index_updates(plan: ViewPlan, events: DataFrame, entries: DataFrame) -> Data
     (event, joined alias) pair with its new entry, or `_key` null where the event looks nothing
     up any more (its entry, if any, is deleted)."""
     base = plan.base.source
-    aliases = events.sparkSession.createDataFrame([(a.alias,) for a in plan.aliases[1:]], f"{ALIAS} string")
+    aliases = local_frame(events.sparkSession, [(a.alias,) for a in plan.aliases[1:]], StructType([StructField(ALIAS, StringType())]))
     pairs = events.select(*base.primary_key).distinct().crossJoin(F.broadcast(aliases))
     return pairs.join(entries, [*base.primary_key, ALIAS], "left")
 

@@ -21,6 +21,7 @@ from pyspark.sql.types import StructField, StructType
 from lakehouse.declaration import Join, Pipeline, Source, View
 from lakehouse.declaration.expressions import column_references, rewrite_references
 from lakehouse.declaration.located import field_error
+from lakehouse.frames import local_frame
 from lakehouse.sqltext import quote
 from lakehouse.tables import spark_type
 
@@ -61,7 +62,7 @@ def check_key_types(spark: SparkSession, pipeline: Pipeline, view: View) -> None
         parent = pipeline.source(view.table_of(join.parent_alias))
         target = pipeline.source(join.table)
         (pk,) = target.primary_key
-        empty = spark.createDataFrame([], StructType([StructField(c.name, spark_type(c.type), True) for c in parent.columns]))
+        empty = local_frame(spark, [], StructType([StructField(c.name, spark_type(c.type), True) for c in parent.columns]))
         where = f"views.{view.name}.joins[{i}].key"
         try:
             got = empty.select(key_expression(join, lambda c: c).alias("k")).schema["k"].dataType

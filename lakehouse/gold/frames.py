@@ -9,6 +9,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from lakehouse.declaration import ForeignKey, Source
+from lakehouse.frames import local_frame
 from lakehouse.gold import expression_join
 from lakehouse.gold.layout import key_ranges_of, range_predicate
 from lakehouse.gold.plan import (
@@ -128,8 +129,8 @@ def walk_back(
         if len(rows) <= prune_limit:
             session = keys.sparkSession
             if not rows:
-                return session.createDataFrame([], StructType([subscriptions.schema[c] for c in parent.primary_key]))
-            renamed = session.createDataFrame(rows, renamed.schema)
+                return local_frame(session, [], StructType([subscriptions.schema[c] for c in parent.primary_key]))
+            renamed = local_frame(session, rows, renamed.schema)
             subscriptions = subscriptions.where(F.col(fk.columns[0]).isin(sorted({r[0] for r in rows if r[0] is not None})))
         else:  # many: the fk ranges they fall in (a table clustered by fk keeps them in few files)
             subscriptions = subscriptions.where(range_predicate(fk.columns[0], key_ranges_of(renamed, "_k0")))

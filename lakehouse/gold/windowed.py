@@ -40,6 +40,7 @@ from pyspark.sql.types import BooleanType, LongType, StringType, StructField, St
 from lakehouse.comments import commented, gold_comments
 from lakehouse.declaration import Pipeline, Source
 from lakehouse.deltasql import DELETION_VECTORS_WHEN_LARGE, create_table, matched_delete, matched_update, merge, not_matched_insert, source_values
+from lakehouse.frames import local_frame
 from lakehouse.gold.clock import PhaseClock
 from lakehouse.gold.feeds import Feed, feed_fields
 from lakehouse.gold.frames import content_hash, latest_changes, union_all
@@ -447,7 +448,7 @@ def _append_clock(session: SparkSession, pipeline: Pipeline, plan: ViewPlan, ver
                   tag: Callable[[str], str | None]) -> None:
     table = clock_table(pipeline, plan)
     at = datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(microseconds=t_us)
-    row = session.createDataFrame([(version if version is not None else 0, at)], clock_schema())
+    row = local_frame(session, [(version if version is not None else 0, at)], clock_schema())
     with delta_txn(session, tag(table), version):
         row.write.format("delta").mode("append").saveAsTable(table)
 

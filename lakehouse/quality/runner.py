@@ -36,6 +36,7 @@ from pyspark.sql.types import BooleanType, DoubleType, LongType, StringType, Str
 
 from lakehouse.declaration import Pipeline
 from lakehouse.errors import UnknownNameError
+from lakehouse.frames import local_frame
 from lakehouse.tables import quality_results_table
 from lakehouse.quality.suites import ERROR, WARNING, TableSuite, build_suites, sql_name
 
@@ -549,7 +550,7 @@ def write_results(spark: SparkSession, pipeline: Pipeline, report: QualityReport
     """
     name = ensure_results_table(spark, pipeline)
     rows = [o.row(report.run_id, report.run_at, pipeline.name) for o in report.outcomes]
-    writer = spark.createDataFrame(rows, RESULTS_SCHEMA).coalesce(1).write.format("delta")
+    writer = local_frame(spark, rows, RESULTS_SCHEMA).coalesce(1).write.format("delta")
     if replace:
         literal = report.run_id.replace("'", "''")
         writer = writer.mode("overwrite").option("replaceWhere", f"run_id = '{literal}'")

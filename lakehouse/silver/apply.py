@@ -12,10 +12,11 @@ from typing import Any, Callable, Sequence
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
+from pyspark.sql.types import DecimalType, StringType, StructField, StructType, TimestampType
 
 from lakehouse.declaration import Pipeline, Source
 from lakehouse.deltasql import matched_delete, matched_update, merge, not_matched_insert, source_values
+from lakehouse.frames import local_frame
 from lakehouse.silver.held import hold_changes
 from lakehouse.silver.layout import (
     compacted_before,
@@ -383,15 +384,19 @@ def _append(df: DataFrame, table: str, app_id: str, version: int) -> None:
     df.write.format("delta").mode("append").option("txnAppId", app_id).option("txnVersion", version).saveAsTable(table)
 
 
+# a truncate as `_record_truncates` hands it over (`recorded_at` is stamped on the frame)
+TRUNCATES_ROW = StructType(
+    [StructField("source", StringType()), StructField("sequence", DecimalType(38, 0)), StructField("source_ts", TimestampType())]
+)
+
+
 def _record_truncates(
     spark: SparkSession, pipeline: Pipeline, source: Source, truncates: Sequence[Truncate], app_id: str, batch_id: int
 ) -> None:
     if not truncates:
         return
     rows = [(source.name, Decimal(s), ts) for s, ts in truncates]
-    df = spark.createDataFrame(rows, "source string, sequence decimal(38,0), source_ts timestamp").withColumn(
-        "recorded_at", write_time()
-    )
+    df = local_frame(spark, rows, TRUNCATES_ROW).withColumn("recorded_at", write_time())
     _append(df, truncates_table(pipeline), f"{app_id}:truncates", batch_id)
 
 

@@ -19,6 +19,7 @@ from pyspark.sql.types import (
 )
 
 from lakehouse.deltasql import sql_literal
+from lakehouse.frames import local_frame
 from lakehouse.sqltext import quote
 from lakehouse.declaration import Source
 from lakehouse.spark import write_time
@@ -170,7 +171,7 @@ def _version_columns(source: Source) -> list[str]:
 
 def _truncates_frame(spark: SparkSession, truncates: Sequence[Truncate]) -> DataFrame:
     schema = StructType([StructField("_t_sequence", SEQUENCE_TYPE, False), StructField("_t_ts", TimestampType(), True)])
-    return spark.createDataFrame([(Decimal(s), ts) for s, ts in truncates], schema)
+    return local_frame(spark, [(Decimal(s), ts) for s, ts in truncates], schema)
 
 
 def derive_truncate_versions(real: DataFrame, truncates: Sequence[Truncate], source: Source) -> DataFrame:
@@ -184,7 +185,7 @@ def derive_truncate_versions(real: DataFrame, truncates: Sequence[Truncate], sou
     spark = real.sparkSession
     if not truncates:
         columns = _version_columns(source) + (["_stored"] if "_stored" in real.columns else [])
-        return spark.createDataFrame([], real.select(*columns).schema)
+        return real.select(*columns).limit(0)  # no rows, and no job: the optimizer drops it
     w = Window.partitionBy(*keys).orderBy("_sequence")
     live = (
         real.withColumn("_next_sequence", F.lead("_sequence").over(w))

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from lakehouse.declaration import Pipeline
 from lakehouse.errors import CdcEnrichError
+from lakehouse.frames import local_frame
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -71,7 +72,7 @@ def read_truth_frames(spark: "SparkSession", pipeline: Pipeline, directory: Path
                 f"but {pipeline.path} declares {declared}; simulate again with this pipeline"
             )
         rows = [tuple(row.get(c) for c in src.column_names) for row in truth.get(src.name, [])]
-        frames[src.name] = spark.createDataFrame(rows, row_struct(src))
+        frames[src.name] = local_frame(spark, rows, row_struct(src))
     return frames
 
 
@@ -104,7 +105,8 @@ def read_truth_history_frames(spark: "SparkSession", pipeline: Pipeline, directo
         struct = row_struct(src)
         for column, kind in HISTORY_TYPES.items():
             struct = struct.add(StructField(column, BooleanType() if kind == "boolean" else TimestampType(), True))
-        frames[name] = spark.createDataFrame(
+        frames[name] = local_frame(
+            spark,
             [tuple(_truth_value(types[c], row.get(c)) for c in struct.fieldNames()) for row in rows], struct)
     return frames
 

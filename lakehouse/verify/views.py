@@ -19,6 +19,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from lakehouse.declaration import Pipeline, Source
+from lakehouse.frames import local_frame
 from lakehouse.gold import full_recompute, view_plan, windowed
 from lakehouse.gold.as_of import joined_sources
 from lakehouse.gold.plan import ViewPlan
@@ -240,7 +241,7 @@ def verify_pipeline(
             view_state = silver_live_state(spark, pipeline, [s.name for s in plan.sources])
         else:
             view_state = {
-                s.name: state[s.name] if s.name in state else spark.createDataFrame([], row_struct(s))
+                s.name: state[s.name] if s.name in state else local_frame(spark, [], row_struct(s))
                 for s in plan.sources
             }  # a source with no rows in the truth is an empty table
         expected = oracle_view(spark, pipeline, name, view_state, history)
@@ -272,7 +273,7 @@ def _check_windowed(spark: SparkSession, pipeline: Pipeline, plan: ViewPlan, che
     elif log is not None:
         rows = {s.name: _live_at_commit(log[s.name], s) for s in plan.sources}
     else:
-        rows = {s.name: (truth[s.name] if s.name in truth else spark.createDataFrame([], row_struct(s)))
+        rows = {s.name: (truth[s.name] if s.name in truth else local_frame(spark, [], row_struct(s)))
                 .withColumn(COMMIT_TIME, F.lit(None).cast("timestamp")) for s in plan.sources}
     accepted = windowed.accepted_events(spark, pipeline, plan)
     state = {name: frame.join(accepted[name], list(pipeline.source(name).primary_key), "left_semi") for name, frame in rows.items()}

@@ -25,9 +25,9 @@ from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
 from lakehouse.declaration import Pipeline, Source
+from lakehouse.frames import local_frame
 from lakehouse.silver import apply_batch, ensure_silver_tables
 from lakehouse.tables import bronze_schema, silver_current_table, silver_history_table
-from testkit.frames import local_frame
 
 PLACEHOLDER = "__debezium_unavailable_value"
 

@@ -1,14 +1,15 @@
-"""`testkit.frames.local_frame` builds the same DataFrame as `createDataFrame` from the same rows."""
+"""`lakehouse.frames.local_frame` builds the same DataFrame as `createDataFrame` from the same rows."""
 
 from __future__ import annotations
 
+import time
 from datetime import date, datetime, timezone
 from decimal import Decimal
 
 from pyspark.sql import Row
 from pyspark.sql.types import StructType
 
-from testkit.frames import local_frame
+from lakehouse.frames import local_frame
 
 DDL = (
     "id BIGINT, name STRING, amount DECIMAL(38,0), at TIMESTAMP, day DATE, raw BINARY, ok BOOLEAN, "
@@ -23,10 +24,18 @@ ROWS = [
 ]
 
 
-def test_local_frame_equals_create_data_frame_for_every_kind_of_value(spark) -> None:
+def test_local_frame_equals_create_data_frame_for_every_kind_of_value(spark, monkeypatch) -> None:
+    """In a Python process whose local time is not UTC (the session's is), so that a naive
+    timestamp read as anything but local time shows."""
     schema = StructType.fromDDL(DDL)
-    expected = spark.createDataFrame(ROWS, schema)
-    got = local_frame(spark, ROWS, schema)
-    assert got.schema == expected.schema
-    assert got.collect() == expected.collect()
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    try:
+        expected = spark.createDataFrame(ROWS, schema).collect()
+        got = local_frame(spark, ROWS, schema)
+        assert got.schema == schema
+        assert got.collect() == expected
+    finally:
+        monkeypatch.undo()
+        time.tzset()
     assert local_frame(spark, [], schema).count() == 0

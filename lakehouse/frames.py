@@ -1,10 +1,12 @@
-"""Small DataFrames of driver-side rows, built without a Python worker.
+"""DataFrames of driver-side rows, built without a Python worker: the one way the engine and
+the test kit turn Python rows into a DataFrame.
 
 `SparkSession.createDataFrame(list, schema)` on a classic session re-pickles the rows in a Python
-worker before the JVM reads them: every call runs a Spark task that starts or reuses a
-`pyspark.daemon` process. In CI that worker held 180 s of CPU (7 % of what the run used), and a
-five-row frame took 0.30-0.37 s to build and collect against 0.03-0.05 s from an Arrow table,
-which `createDataFrame` hands to the JVM directly (and which Spark Connect sends anyway).
+worker before the JVM reads them (an empty list too, once per partition): every call runs Spark
+tasks that start or reuse a `pyspark.daemon` process. In the suite's CI that worker held 180 s of
+CPU (7 % of what the run used), and a five-row frame took 0.30-0.37 s to build and collect
+against 0.03-0.05 s from an Arrow table, which `createDataFrame` hands to the JVM directly (and
+which Spark Connect sends anyway).
 """
 
 from __future__ import annotations
