@@ -35,7 +35,7 @@ from pyspark.sql import functions as F
 from lakehouse.declaration import Pipeline, parse_pipeline
 from lakehouse.gold import run_gold, view_plan
 from lakehouse.gold.as_of import index_table
-from lakehouse.silver import apply_batch, ensure_silver_tables
+from lakehouse.silver import StreamState, apply_batch, ensure_silver_tables
 from lakehouse.tables import gold_table, row_struct
 from lakehouse.verify.oracle import oracle_view, silver_history_state, silver_live_state
 from lakehouse.verify.views import diff_frames, verify_pipeline
@@ -181,12 +181,13 @@ def run_universe(spark, lake: Path, pipeline: Pipeline, seeds: list[int], rounds
     plans = {s: deliveries(s, histories[s], rounds) for s in seeds}
     for table in TABLES:
         ensure_silver_tables(spark, pipeline, pipeline.source(table))
+    streams = {table: StreamState() for table in TABLES}  # what each source's stream keeps between batches
     for r in range(rounds):
         for table in TABLES:
             source = pipeline.source(table)
             batch = [_bronze(v, source) for s in seeds for v in plans[s][r] if v.table == table]
             if batch:
-                apply_batch(bronze_frame(spark, source, batch, first_offset=r * 100_000), r, pipeline, source, "asof")
+                apply_batch(bronze_frame(spark, source, batch, first_offset=r * 100_000), r, pipeline, source, "asof", streams[table])
         run_gold(spark, pipeline, lake)
         if r in (0, rounds - 1):
             continue  # the first round builds gold from silver; the last is checked by `verify` below, and against the truth
@@ -334,12 +335,13 @@ def test_events_a_first_build_already_read_are_not_appended_again(spark, lake: P
     # dimensions and the first payments in one silver batch, then two batches of new payments only
     third = len(created) // 3
     batches = [[v for v in versions if v.table != "payments"] + created[:third], created[third:2 * third], created[2 * third:]]
+    streams = {table: StreamState() for table in TABLES}
     for n, batch in enumerate(batches):
         for table in TABLES:
             source = pipeline.source(table)
             rows = [_bronze(v, source) for v in batch if v.table == table]
             if rows:
-                apply_batch(bronze_frame(spark, source, rows, first_offset=n * 100_000), n, pipeline, source, "asof")
+                apply_batch(bronze_frame(spark, source, rows, first_offset=n * 100_000), n, pipeline, source, "asof", streams[table])
 
     run = run_gold(spark, pipeline, lake, views=["payments_as_of"], max_files_per_trigger=1).views["payments_as_of"]
 

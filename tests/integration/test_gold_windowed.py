@@ -42,7 +42,7 @@ from lakehouse.declaration import Pipeline, parse_pipeline
 from lakehouse.gold import full_recompute, run_gold, view_plan
 from lakehouse.gold.runner import prepare_view
 from lakehouse.gold.windowed import LATE, LATE_REASON, event_table, process_windowed, sides, windowed_feeds
-from lakehouse.silver import apply_batch, ensure_silver_tables
+from lakehouse.silver import StreamState, apply_batch, ensure_silver_tables
 from lakehouse.tables import gold_table, late_changes_table, row_struct
 from lakehouse.verify.oracle import oracle_view
 from lakehouse.verify.truth import write_truth_files
@@ -301,13 +301,15 @@ def test_a_windowed_view_through_silver_pairs_at_once_closes_windows_later_and_r
 
     payments_sent: list[BronzeChange] = []
     refunds_sent: list[BronzeChange] = []
+    streams = {source.name: StreamState() for source in (payments, refunds)}  # what each stream keeps between batches
 
     def deliver(round_: int, pays: list[BronzeChange], refs: list[BronzeChange]) -> set[tuple[Any, Any]]:
         payments_sent.extend(pays)
         refunds_sent.extend(refs)
         for source, batch in ((payments, pays), (refunds, refs)):
             if batch:
-                apply_batch(bronze_frame(spark, source, batch, first_offset=round_ * 100), round_, pipeline, source, "wi")
+                apply_batch(bronze_frame(spark, source, batch, first_offset=round_ * 100), round_, pipeline, source, "wi",
+                            streams[source.name])
         report = run_gold(spark, pipeline, lake)
         assert report.views["refunds_outer"].skipped is None
         last_report[:] = [report.render()]

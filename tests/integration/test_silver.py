@@ -27,6 +27,7 @@ from lakehouse.declaration import Pipeline, Source
 from lakehouse.ordering import postgres_sequence
 from lakehouse.silver import (
     SilverStats,
+    StreamState,
     apply_batch,
     as_of,
     build_timeline,
@@ -103,6 +104,9 @@ class Env:
     offset: int = 0
     app_id: str = "test-app"
     bronze_made: bool = False
+    # what the source's stream keeps between batches (its truncates, whether TOAST placeholders
+    # were recorded), as `run_silver` keeps it: `apply` is the stream's foreachBatch
+    state: StreamState = dataclasses.field(default_factory=StreamState)
 
     # ---- feeding
     def frame(self, changes: list[BronzeChange]):
@@ -112,7 +116,7 @@ class Env:
 
     def apply(self, batch_id: int, *changes: BronzeChange) -> SilverStats:
         """One micro-batch through `apply_batch` (what foreachBatch calls)."""
-        return apply_batch(self.frame(list(changes)), batch_id, self.pipeline, self.source, self.app_id)
+        return apply_batch(self.frame(list(changes)), batch_id, self.pipeline, self.source, self.app_id, self.state)
 
     def bronze(self) -> str:
         """The bronze table, created on first use: most specs hand batches to `apply` and never read it."""
@@ -129,6 +133,7 @@ class Env:
 
     def run(self):
         self.bronze()
+        self.state = StreamState()  # another stream writes the tables: `apply` reads them afresh next
         return run_silver(self.spark, self.pipeline, self.lake, sources=[self.source.name])
 
     # ---- reading

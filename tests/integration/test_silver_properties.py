@@ -39,6 +39,7 @@ from pyspark.sql import functions as F
 
 from lakehouse.ordering import postgres_sequence
 from lakehouse.silver import (
+    StreamState,
     apply_batch,
     ensure_silver_tables,
     live_view,
@@ -271,10 +272,11 @@ def assert_silver_matches_reference(spark: Any, pipeline: Any, source: Any, scen
 def test_any_arrival_order_converges_to_the_reference(spark, shop_pipeline, scenario: Scenario) -> None:
     """Batches straight through `apply_batch` (what foreachBatch calls), one batch id each."""
     pipeline, source = _variant(spark, shop_pipeline)
+    stream = StreamState()  # what the source's stream keeps between batches
     try:
         for batch_id, batch in enumerate(scenario.batches):
             if batch:
-                apply_batch(bronze_frame(spark, source, batch, first_offset=batch_id * 1000), batch_id, pipeline, source, "prop")
+                apply_batch(bronze_frame(spark, source, batch, first_offset=batch_id * 1000), batch_id, pipeline, source, "prop", stream)
         assert_silver_matches_reference(spark, pipeline, source, scenario)
     finally:
         _drop(spark, pipeline)
