@@ -135,7 +135,7 @@ KAFKA_GROUP = "kafka"
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook turns groups into node ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests that use the Kafka broker in one xdist group (`KAFKA_GROUP`). Tests marked `long`
-    first (stable otherwise): two workers then finish together instead of one running a long test
+    first (stable otherwise): the workers then finish together instead of one running a long test
     alone at the end. Spark Connect's last among them: its server gives a foreachBatch worker a
     fixed 10 s to connect back, which the suite's start (two Spark drivers and a broker starting)
     made it miss in stop 31's and stop 34's CI."""
