@@ -2,9 +2,10 @@
 statistics), and writes laid out by key (so key-local changes touch few files).
 
 Delta prunes files only for literal predicates on the target, never for a join with a set of
-keys. A batch's affected keys, whatever their number, become at most `MAX_RANGES` closed
-intervals on the key's first column, split at the largest gaps: the newest 5 % of an
-append-mostly table is one interval, a few scattered keys are a few points.
+keys. A batch's affected keys, whatever their number, become at most `MAX_POINTS` points
+(one literal `IN`, a hash lookup per row) or `MAX_RANGES` closed intervals on the key's first
+column, split at the largest gaps: the newest 5 % of an append-mostly table is one interval,
+a few scattered keys are a few points.
 """
 
 from __future__ import annotations
@@ -22,9 +23,16 @@ from lakehouse.sqltext import quote
 
 KeyRange = tuple[Any, Any]  # closed: lo <= key <= hi
 
-#: At most this many intervals in a pruning predicate (Delta evaluates it against every file's
-#: statistics; a few dozen terms cost nothing next to one file read).
-MAX_RANGES = 64
+#: At most this many intervals in a pruning predicate. Delta evaluates it against every file's
+#: statistics, and Spark then against every row of the files it keeps, in each of a MERGE's
+#: passes: a gold MERGE of ~2,500 scattered keys into 1M rows (26 files, none skipped; warm,
+#: 2 cores, 2026-12-01) took 7.5-8.1 s with 64 intervals, 4.0-4.4 s with 16, 3.1-3.4 s with 4
+#: and 3.1-3.4 s with none. Eight still skip most files of a batch of recent keys and a few
+#: scattered ones, which is where skipping pays.
+MAX_RANGES = 8
+#: Up to this many distinct keys are listed as points instead (an `IN` list: Spark looks each
+#: row up in a hash set, so its length costs nothing per row).
+MAX_POINTS = 64
 #: Gold and subscription files written by a whole-table write hold about this many rows: small
 #: enough that a key-local batch touches a few percent of a 10M-row table, large enough that a
 #: table of 10M rows is a hundred files, not thousands.
@@ -48,11 +56,14 @@ def _has_distance(value: Any) -> bool:
     return isinstance(value, _ORDERED + (dt.date,))
 
 
-def key_ranges(values: Iterable[Any], max_ranges: int = MAX_RANGES) -> list[KeyRange]:
-    """Cover `values` (nulls ignored) with at most `max_ranges` closed intervals, sorted.
+def key_ranges(values: Iterable[Any], max_ranges: int = MAX_RANGES, max_points: int | None = None) -> list[KeyRange]:
+    """Cover `values` (nulls ignored) with at most `max_ranges` closed intervals, sorted; up to
+    `max_points` distinct values (default `max_ranges`) are each a point of their own.
 
     >>> key_ranges([1, 2, 3, 100, 101, 7], max_ranges=2)
     [(1, 7), (100, 101)]
+    >>> key_ranges([1, 2, 3, 100, 101, 7], max_ranges=2, max_points=6)
+    [(1, 1), (2, 2), (3, 3), (7, 7), (100, 100), (101, 101)]
 
     Numbers, dates and timestamps are split at the largest gaps; other types (strings) at
     evenly spaced positions of the sorted values, which still covers every value.
@@ -61,7 +72,7 @@ def key_ranges(values: Iterable[Any], max_ranges: int = MAX_RANGES) -> list[KeyR
     ordered = sorted({v for v in values if v is not None})
     if not ordered:
         return []
-    if len(ordered) <= max_ranges:
+    if len(ordered) <= max(max_ranges, max_points or 0):
         return [(v, v) for v in ordered]
     gaps = [_gap(a, b) for a, b in zip(ordered, ordered[1:])]
     if _has_distance(ordered[0]):
@@ -117,7 +128,7 @@ def count_and_ranges(keys: DataFrame, column: str, collect_limit: int) -> tuple[
     `collect_limit` rows (one job), else counted and computed in Spark."""
     rows = keys.select(column).limit(collect_limit + 1).collect()
     if len(rows) <= collect_limit:
-        return len(rows), key_ranges(r[0] for r in rows)
+        return len(rows), key_ranges((r[0] for r in rows), max_points=MAX_POINTS)
     return keys.count(), key_ranges_of(keys, column)
 
 

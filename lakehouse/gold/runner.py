@@ -49,7 +49,7 @@ from lakehouse.gold.frames import (
     recompute_differences,
     subscription_updates,
 )
-from lakehouse.gold.layout import KeyRange, clustered, count_and_ranges, key_ranges, range_predicate
+from lakehouse.gold.layout import MAX_POINTS, KeyRange, clustered, count_and_ranges, key_ranges, range_predicate
 from lakehouse.gold.plan import (
     BROADCAST_ROW_LIMIT,
     KEY_COLLECT_LIMIT,
@@ -349,7 +349,7 @@ def _apply_moves(
     moves = collected_moves(updates, bound)  # a small batch's count and key ranges too
     if moves is not None:
         key = updates.columns.index(left.primary_key[0])
-        rows, ranges = len(moves), key_ranges(m[key] for m in moves)
+        rows, ranges = len(moves), key_ranges((m[key] for m in moves), max_points=MAX_POINTS)
     else:
         rows, ranges = count_and_ranges(updates, left.primary_key[0], KEY_COLLECT_LIMIT)
     if rows == 0:

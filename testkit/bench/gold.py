@@ -225,6 +225,7 @@ _METRICS = (
     "numTargetFilesBeforeSkipping", "numTargetFilesAfterSkipping", "numTargetFilesRemoved",
     "numTargetDeletionVectorsAdded", "numTargetFilesAdded", "numSourceRows", "numTargetRowsInserted",
     "numTargetRowsUpdated", "numTargetRowsDeleted", "numTargetRowsCopied", "numOutputRows",
+    "executionTimeMs", "scanTimeMs", "rewriteTimeMs",  # Delta's own timing of a MERGE: find touched files, write
 )
 
 

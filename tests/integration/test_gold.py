@@ -647,11 +647,13 @@ def test_a_view_recomputed_whatever_its_keys_writes_no_subscription_and_catches_
 
 
 def test_key_ranges_computed_in_spark_equal_those_computed_on_the_driver(spark):
-    """`key_ranges_of` (for more keys than are worth collecting) cuts at the same widest gaps."""
-    from lakehouse.gold.layout import count_and_ranges, key_ranges, key_ranges_of
+    """`key_ranges_of` (for more keys than are worth collecting) cuts at the same widest gaps;
+    collected keys, up to `MAX_POINTS` of them, are points (an `IN` list) instead."""
+    from lakehouse.gold.layout import MAX_POINTS, count_and_ranges, key_ranges, key_ranges_of
 
     values = list(range(950, 1000)) + [3, 4, 5, 400, 401, 700]
     df = spark.createDataFrame([(v, v % 3) for v in values], "k bigint, other int")
     assert key_ranges_of(df, "k", max_ranges=4) == key_ranges(values, max_ranges=4) == [(3, 5), (400, 401), (700, 700), (950, 999)]
     assert count_and_ranges(df, "k", collect_limit=10) == (len(values), key_ranges_of(df, "k"))
-    assert count_and_ranges(df, "k", collect_limit=1000) == (len(values), key_ranges(values))
+    assert len(values) <= MAX_POINTS
+    assert count_and_ranges(df, "k", collect_limit=1000) == (len(values), [(v, v) for v in sorted(values)])
