@@ -44,6 +44,9 @@ def content_hash(columns: Sequence[Column]) -> Column:
 
 _HASH_SEEDS = ("cdc-enrich/a", "cdc-enrich/b")
 HASH_LENGTH = 16 * len(_HASH_SEEDS)
+#: A gold MERGE source's column saying whether gold holds the row's key: the rows gold holds are
+#: MERGEd, the others appended (`delta.merge_into_gold`). A recompute's differences know it.
+IN_GOLD = "_in_gold"
 
 
 def latest_changes(changes: DataFrame, key: Sequence[str]) -> DataFrame:
@@ -303,6 +306,27 @@ def gold_merge_source(plan: ViewPlan, keys: DataFrame, result: DataFrame, base_c
     )
 
 
+def differing_rows(plan: ViewPlan, merge_source: DataFrame, stored: DataFrame) -> DataFrame:
+    """The rows of `gold_merge_source` that would change gold, with `IN_GOLD`: a new row for a
+    key gold lacks, a delete marker for a key it holds, an update whose `_row_hash` or a lineage
+    hash differs from the stored row's. `stored` is gold (only its key and hash columns are read;
+    the caller narrows it to the source's keys). The guard (`_guard_seq`) is left to the MERGE.
+
+    What the MERGE would have found anyway, found on gold's narrow columns instead: an affected
+    key whose row did not change no longer makes the MERGE touch its file, and the MERGE needs
+    no hash comparison of its own (`delta.merge_into_gold`).
+    """
+    hashes = [ROW_HASH] + [a.gold_hash for a in plan.aliases]
+    keys = list(plan.key_columns)
+    held = stored.select(*keys, *[F.col(h).alias(f"_gold_{h}") for h in hashes], F.lit(True).alias(IN_GOLD))
+    joined = merge_source.join(held, keys, "left").withColumn(IN_GOLD, F.coalesce(F.col(IN_GOLD), F.lit(False)))
+    present, in_gold = F.col("_present"), F.col(IN_GOLD)
+    differs = F.lit(False)
+    for h in hashes:
+        differs = differs | ~F.col(h).eqNullSafe(F.col(f"_gold_{h}"))
+    return joined.where((present & ~in_gold) | (in_gold & (~present | differs))).select(*merge_source.columns, IN_GOLD)
+
+
 def recompute_differences(plan: ViewPlan, view_rows: DataFrame, gold: DataFrame) -> DataFrame:
     """The MERGE source of a recompute: what `gold_merge_source` would hold had every key been
     affected, less the rows gold already holds unchanged.
@@ -311,7 +335,7 @@ def recompute_differences(plan: ViewPlan, view_rows: DataFrame, gold: DataFrame)
     hash columns are read). One full outer join on the key: a view row new to gold or differing
     in `_row_hash` or a lineage hash is kept; a gold key no longer in the view becomes a delete
     marker. The view is read from silver's current state, the newest there is, so a marker needs
-    no sequence for the hash check (`_guard_seq` null).
+    no sequence for the hash check (`_guard_seq` null). `IN_GOLD` says whether gold holds the key.
     """
     hashes = [ROW_HASH] + [a.gold_hash for a in plan.aliases]
     keys = list(plan.key_columns)
@@ -330,4 +354,5 @@ def recompute_differences(plan: ViewPlan, view_rows: DataFrame, gold: DataFrame)
         *[F.coalesce(F.col(k), F.col(f"_gold_{k}")).alias(k) if k in keys else F.col(k) for k in plan.gold_columns],
         present.alias("_present"),
         F.when(present, F.col(plan.base.gold_seq)).alias("_guard_seq"),
+        in_gold.alias(IN_GOLD),
     )

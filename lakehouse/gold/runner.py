@@ -44,6 +44,7 @@ from lakehouse.gold.delta import (
 from lakehouse.gold.frames import (
     affected_base_keys,
     current_subscriptions,
+    differing_rows,
     gold_merge_source,
     join_view,
     recompute_differences,
@@ -460,7 +461,8 @@ def _keys_merge_source(
     session: SparkSession, pipeline: Pipeline, plan: ViewPlan, keys: DataFrame, ranges: Sequence[KeyRange]
 ) -> DataFrame:
     """The incremental path's MERGE source: the view recomputed for the affected keys (their
-    base rows read through the key ranges, so Delta skips the other files), computed once."""
+    base rows read through the key ranges, so Delta skips the other files), less the rows gold
+    holds unchanged (`frames.differing_rows`, on gold's key and hash columns), computed once."""
     base = plan.base.source
     base_current = session.read.table(silver_current_table(pipeline, base))
     base_current = base_current.where(range_predicate(base.primary_key[0], ranges)).join(
@@ -468,8 +470,11 @@ def _keys_merge_source(
     )
     live = {s.name: live_rows(session, pipeline, s) for s in plan.sources}
     result = join_view(plan, live, keys, base_live=base_current.where(~F.col("_deleted")))
-    # computed once: MERGE reads its source twice (find touched files, then write)
-    return gold_merge_source(plan, keys, result, base_current).localCheckpoint(eager=True)
+    gold_keys = keys.select(*[F.col(p).alias(k) for p, k in zip(base.primary_key, plan.key_columns)])
+    stored = session.read.table(gold_table(pipeline, plan.view.name)).where(range_predicate(plan.key_columns[0], ranges))
+    stored = stored.join(F.broadcast(gold_keys), list(plan.key_columns), "left_semi")
+    # computed once: the writes read it more than once (find touched files, then write)
+    return differing_rows(plan, gold_merge_source(plan, keys, result, base_current), stored).localCheckpoint(eager=True)
 
 
 def _sizes(session: SparkSession, pipeline: Pipeline, plan: ViewPlan, target: str) -> tuple[int, int, int]:
