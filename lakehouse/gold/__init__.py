@@ -42,7 +42,11 @@ touches (startingVersion 0, one checkpoint per view). Each micro-batch, inside f
    lineage hashes differ, delete a row only when its key is affected, present in gold, and no
    longer in the join. The MERGE source carries explicit delete markers for affected keys that
    left the join (never `NOT MATCHED BY SOURCE`), so a delete of an absent row cannot happen and
-   the gold change feed carries only real changes. When the gold table holds no file yet (a new
+   the gold change feed carries only real changes. Before it, the rows gold already holds
+   unchanged are dropped on gold's key and hash columns (`frames.differing_rows`); into a large
+   table the rest is written as a MERGE of the keys gold holds, then an append of the new ones
+   (`delta.merge_into_gold`: a MERGE with an insert clause shuffles every row of the files it
+   touches). When the gold table holds no file yet (a new
    view, a rebuild), steps 2-4 are one append of the whole view instead: there is nothing to
    diff against, and the first batch carries every source row anyway.
 
