@@ -59,6 +59,7 @@ from lakehouse.gold.plan import (
     view_plan,
 )
 from lakehouse.gold.recompute import full_recompute
+from lakehouse.deltasql import rewrites_touched_files, table_facts
 from lakehouse.errors import UnknownNameError
 from lakehouse.checkpoints import query_id
 from lakehouse.metrics import recording_metrics
@@ -461,8 +462,10 @@ def _keys_merge_source(
     session: SparkSession, pipeline: Pipeline, plan: ViewPlan, keys: DataFrame, ranges: Sequence[KeyRange]
 ) -> DataFrame:
     """The incremental path's MERGE source: the view recomputed for the affected keys (their
-    base rows read through the key ranges, so Delta skips the other files), less the rows gold
-    holds unchanged (`frames.differing_rows`, on gold's key and hash columns), computed once."""
+    base rows read through the key ranges, so Delta skips the other files), computed once; for
+    a gold table large enough for deletion vectors, less the rows it holds unchanged
+    (`frames.differing_rows`, on gold's key and hash columns), which `delta.merge_into_gold`
+    then writes in two commits. A small table's one MERGE compares the hashes itself."""
     base = plan.base.source
     base_current = session.read.table(silver_current_table(pipeline, base))
     base_current = base_current.where(range_predicate(base.primary_key[0], ranges)).join(
@@ -470,11 +473,14 @@ def _keys_merge_source(
     )
     live = {s.name: live_rows(session, pipeline, s) for s in plan.sources}
     result = join_view(plan, live, keys, base_live=base_current.where(~F.col("_deleted")))
-    gold_keys = keys.select(*[F.col(p).alias(k) for p, k in zip(base.primary_key, plan.key_columns)])
-    stored = session.read.table(gold_table(pipeline, plan.view.name)).where(range_predicate(plan.key_columns[0], ranges))
-    stored = stored.join(F.broadcast(gold_keys), list(plan.key_columns), "left_semi")
+    source = gold_merge_source(plan, keys, result, base_current)
+    target = gold_table(pipeline, plan.view.name)
+    if not rewrites_touched_files(table_facts(session, target).size_bytes):  # `delta.merge_into_gold` splits the write
+        gold_keys = keys.select(*[F.col(p).alias(k) for p, k in zip(base.primary_key, plan.key_columns)])
+        stored = session.read.table(target).where(range_predicate(plan.key_columns[0], ranges))
+        source = differing_rows(plan, source, stored.join(F.broadcast(gold_keys), list(plan.key_columns), "left_semi"))
     # computed once: the writes read it more than once (find touched files, then write)
-    return differing_rows(plan, gold_merge_source(plan, keys, result, base_current), stored).localCheckpoint(eager=True)
+    return source.localCheckpoint(eager=True)
 
 
 def _sizes(session: SparkSession, pipeline: Pipeline, plan: ViewPlan, target: str) -> tuple[int, int, int]:

@@ -238,10 +238,13 @@ def commits_since(spark: SparkSession, before: dict[str, int]) -> dict[str, dict
             continue
         summed: dict[str, Any] = {"operations": ",".join(r["operation"] for r in sorted(rows, key=lambda r: r["version"]))}
         for r in rows:
+            metrics = r["operationMetrics"] or {}
             for k in _METRICS:
-                v = (r["operationMetrics"] or {}).get(k)
-                if v is not None and str(v).isdigit():
+                v = metrics.get(k)
+                if v is not None and str(v).isdigit() and not (k == "numOutputRows" and r["operation"] == "WRITE"):
                     summed[k] = summed.get(k, 0) + int(v)
+            if r["operation"] == "WRITE":  # a batch's new gold rows, appended apart from its MERGE
+                summed["appendedRows"] = summed.get("appendedRows", 0) + int(metrics.get("numOutputRows", 0))
         out[table.rsplit(".", 1)[-1]] = summed
     return out
 
@@ -414,8 +417,10 @@ def _path(run: dict[str, Any]) -> str:
 
 
 def rows_rewritten(commit: dict[str, int]) -> int:
-    """Rows a MERGE wrote (updated, copied, inserted, deleted), from its Delta operation metrics."""
-    return sum(commit.get(k, 0) for k in ("numTargetRowsUpdated", "numTargetRowsCopied", "numTargetRowsInserted", "numTargetRowsDeleted"))
+    """Rows a batch's gold commits wrote (updated, copied, inserted, deleted, appended), from
+    their Delta operation metrics."""
+    keys = ("numTargetRowsUpdated", "numTargetRowsCopied", "numTargetRowsInserted", "numTargetRowsDeleted", "appendedRows")
+    return sum(commit.get(k, 0) for k in keys)
 
 
 def gold_equals_full(spark: SparkSession, plan: Any, target: str, full_table: str) -> dict[str, Any]:
