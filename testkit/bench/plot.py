@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import platform
+import statistics
 import sys
 from datetime import date
 from pathlib import Path
@@ -30,19 +31,20 @@ def plot_gold(results: Sequence[dict[str, Any]], out: Path, machine: str | None 
     styles = ["-", "--", ":"]
     for ax, workload in zip(axes, workloads):
         for style, res in zip(styles, sorted(results, key=lambda r: r["fact_rows"])):
-            runs = sorted(
-                (r for r in res["runs"] if r["workload"] == workload and r.get("refresh", "auto") == "auto"),
-                key=lambda r: r["fraction"],
-            )
-            if not runs:
-                continue
             scale = f"{res['fact_rows'] / 1e6:g}M rows"
-            xs = [r["fraction"] * 100 for r in runs]
-            ax.plot(xs, [r["full_recompute_s"] for r in runs], style, color="tab:red", marker="x", label=f"full recompute, {scale}")
-            ax.plot(xs, [r["gold_s"] for r in runs], style, color="tab:blue", label=f"gold (auto), {scale}")
-            for x, r in zip(xs, runs):  # the path the cost model took
-                marker = "o" if r["path"] == "incremental" else "s"
-                ax.plot([x], [r["gold_s"]], marker, color="tab:blue", markersize=6, markerfacecolor="white")
+            every = [r for r in res["runs"] if r["workload"] == workload]
+            fractions = sorted({r["fraction"] for r in every})
+            if not fractions:
+                continue
+            full = [statistics.median(r["full_recompute_s"] for r in every if r["fraction"] == f) for f in fractions]
+            ax.plot([f * 100 for f in fractions], full, style, color="tab:red", marker="x", label=f"full recompute (median), {scale}")
+            runs = sorted((r for r in every if r.get("refresh", "auto") == "auto"), key=lambda r: r["fraction"])
+            if runs:  # gold as the cost model picks (a file of pinned modes only has none)
+                xs = [r["fraction"] * 100 for r in runs]
+                ax.plot(xs, [r["gold_s"] for r in runs], style, color="tab:blue", label=f"gold (auto), {scale}")
+                for x, r in zip(xs, runs):  # the path the cost model took
+                    marker = "o" if r["path"] == "incremental" else "s"
+                    ax.plot([x], [r["gold_s"]], marker, color="tab:blue", markersize=6, markerfacecolor="white")
             for mode, color in (("incremental", "tab:purple"), ("recompute", "tab:green")):  # `bench gold --refresh`
                 pinned = sorted((r for r in res["runs"] if r["workload"] == workload and r.get("refresh") == mode),
                                 key=lambda r: r["fraction"])
