@@ -277,8 +277,9 @@ def _merge_then_append(
     (`<app_id>` and `<app_id>:new`), so a replay skips whichever committed.
 
     Only the view's own stream writes its gold table, so a key gold did not hold when the batch
-    diffed it is still absent when it appends, and a row that differed still differs. A reader between the two commits sees the batch's
-    updates without its new rows, as it would see a batch's rows without the next batch's.
+    diffed it is still absent when it appends, and a row that differed still differs. A reader
+    between the two commits sees the batch's updates without its new rows, as it would see a
+    batch's rows without the next batch's.
     """
     counts = {(r[IN_GOLD], r["_present"]): r["count"] for r in source.groupBy(IN_GOLD, "_present").count().collect()}
     stats = {"inserted": 0, "updated": 0, "deleted": 0}
