@@ -239,10 +239,17 @@ def merge_into_gold(
     sources (an as-of view's), and a small table (whose touched files Delta rewrites anyway),
     get the one MERGE of three clauses.
     """
-    if IN_GOLD in source.columns and not rewrites_touched_files(table_facts(session, table).size_bytes):
+    if IN_GOLD in source.columns and writes_apart(session, table):
         return _merge_then_append(session, table, plan, source, key_ranges, app_id, version)
     with delta_txn(session, app_id, version):
         return merge(source, table, _target_matches(plan.key_columns, key_ranges), _gold_clauses(plan))
+
+
+def writes_apart(session: SparkSession, table: str) -> bool:
+    """Whether `merge_into_gold` writes a differing source into `table` as a MERGE then an
+    append: the table is large enough for deletion vectors (a small one's touched files are
+    rewritten whatever the join, so its one MERGE compares the hashes itself)."""
+    return not rewrites_touched_files(table_facts(session, table).size_bytes)
 
 
 def _gold_clauses(plan: ViewPlan, differing: bool = False) -> list:

@@ -25,10 +25,11 @@ KeyRange = tuple[Any, Any]  # closed: lo <= key <= hi
 
 #: At most this many intervals in a pruning predicate. Delta evaluates it against every file's
 #: statistics, and Spark then against every row of the files it keeps, in each of a MERGE's
-#: passes: a gold MERGE of ~2,500 scattered keys into 1M rows (26 files, none skipped; warm,
-#: 2 cores, 2026-12-01) took 7.5-8.1 s with 64 intervals, 4.0-4.4 s with 16, 3.1-3.4 s with 4
-#: and 3.1-3.4 s with none. Eight still skip most files of a batch of recent keys and a few
-#: scattered ones, which is where skipping pays.
+#: passes: a gold MERGE of ~2,500 scattered keys into 1M rows (26 files, none skipped; the
+#: three warm runs after a process's first, one process per setting, 2 cores, 2026-12-01) took
+#: 7.5-8.1 s with 64 intervals, 4.0-6.8 s with 16, 3.1-4.2 s with 4 and 3.4 s with none.
+#: Eight still skip most files of a batch of recent keys and a few scattered ones, which is
+#: where skipping pays.
 MAX_RANGES = 8
 #: Up to this many distinct keys are listed as points instead (an `IN` list: Spark looks each
 #: row up in a hash set, so its length costs nothing per row).

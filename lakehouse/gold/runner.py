@@ -38,6 +38,7 @@ from lakehouse.gold.delta import (
     live_rows,
     merge_into_gold,
     merge_subscriptions,
+    writes_apart,
     recent_table_rows,
     table_rows,
 )
@@ -59,7 +60,6 @@ from lakehouse.gold.plan import (
     view_plan,
 )
 from lakehouse.gold.recompute import full_recompute
-from lakehouse.deltasql import rewrites_touched_files, table_facts
 from lakehouse.errors import UnknownNameError
 from lakehouse.checkpoints import query_id
 from lakehouse.metrics import recording_metrics
@@ -475,7 +475,7 @@ def _keys_merge_source(
     result = join_view(plan, live, keys, base_live=base_current.where(~F.col("_deleted")))
     source = gold_merge_source(plan, keys, result, base_current)
     target = gold_table(pipeline, plan.view.name)
-    if not rewrites_touched_files(table_facts(session, target).size_bytes):  # `delta.merge_into_gold` splits the write
+    if writes_apart(session, target):
         gold_keys = keys.select(*[F.col(p).alias(k) for p, k in zip(base.primary_key, plan.key_columns)])
         stored = session.read.table(target).where(range_predicate(plan.key_columns[0], ranges))
         source = differing_rows(plan, source, stored.join(F.broadcast(gold_keys), list(plan.key_columns), "left_semi"))
