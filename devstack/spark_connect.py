@@ -18,7 +18,7 @@ import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Mapping
 
 from devstack.procs import HOST, error_with_log, free_port
 from lakehouse.errors import StackError
@@ -42,9 +42,10 @@ def server_jar() -> Path:
     return found[-1]
 
 
-def server_command(lake: Path, port: int, cores: int = 2) -> list[str]:
-    """spark-submit of the Connect server over `lake` on `port`, without the decoder jar."""
-    conf = local_spark_conf(lake)
+def server_command(lake: Path, port: int, cores: int = 2, conf: Mapping[str, str] | None = None) -> list[str]:
+    """spark-submit of the Connect server over `lake` on `port`, without the decoder jar;
+    `conf` overrides `local_spark_conf` (as `build_local_spark`'s does)."""
+    conf = {**local_spark_conf(lake), **(conf or {})}
     conf["spark.jars"] = ",".join(j for j in conf["spark.jars"].split(",") if "decoder" not in Path(j).name)
     conf["spark.connect.grpc.binding.port"] = str(port)
     conf["spark.connect.grpc.binding.address"] = HOST
@@ -61,8 +62,9 @@ def _listening(port: int) -> bool:
 
 
 @contextmanager
-def connect_server(lake: Path, cores: int = 2) -> Iterator[str]:
-    """Run a Spark Connect server over `lake` for the block; yields its `sc://` URL."""
+def connect_server(lake: Path, cores: int = 2, conf: Mapping[str, str] | None = None) -> Iterator[str]:
+    """Run a Spark Connect server over `lake` for the block (`conf` over the local settings);
+    yields its `sc://` URL."""
     lake = Path(lake).resolve()
     folder = lake / "stack" / "spark-connect"
     folder.mkdir(parents=True, exist_ok=True)
@@ -71,7 +73,7 @@ def connect_server(lake: Path, cores: int = 2) -> Iterator[str]:
     env = dict(os.environ, SPARK_HOME=str(_pyspark_home()), PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP=HOST)
     env.pop("SPARK_REMOTE", None)
     with open(log, "ab") as out:
-        process = subprocess.Popen(server_command(lake, port, cores), stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        process = subprocess.Popen(server_command(lake, port, cores, conf), stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     try:
         deadline = time.monotonic() + START_TIMEOUT_S
         while not _listening(port):

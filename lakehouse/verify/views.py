@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from lakehouse.declaration import Pipeline, Source
@@ -48,12 +48,17 @@ class FrameDiff:
 def diff_frames(
     expected: DataFrame, actual: DataFrame, key: Sequence[str], columns: Sequence[str], samples: int = 5
 ) -> FrameDiff:
-    """Compare two frames keyed by `key` on `columns` (null-safe), in one aggregation.
+    """Compare two frames keyed by `key` on `columns` (null-safe), in one aggregation (keys
+    that `actual` holds more than once counted in the same pass).
 
     Samples (a second small job) are taken only when something differs.
     """
     e = expected.select(*[F.col(c).alias(f"e_{c}") for c in columns]).withColumn("_e", F.lit(True))
-    a = actual.select(*[F.col(c).alias(f"a_{c}") for c in columns]).withColumn("_a", F.lit(True))
+    a = actual.select(
+        *[F.col(c).alias(f"a_{c}") for c in columns],
+        F.lit(True).alias("_a"),
+        F.count(F.lit(1)).over(Window.partitionBy(*[F.col(c) for c in key])).alias("_a_copies"),
+    )
     cond = None
     for k in key:
         term = F.col(f"e_{k}").eqNullSafe(F.col(f"a_{k}"))
@@ -69,8 +74,12 @@ def diff_frames(
         .otherwise("same")
     )
     labelled = joined.withColumn("_kind", kind)
-    counts = {r["_kind"]: r["n"] for r in labelled.groupBy("_kind").agg(F.count(F.lit(1)).alias("n")).collect()}
-    dup = actual.groupBy(*key).count().where("count > 1").count()
+    kinds = ("missing", "extra", "different", "same")
+    row = labelled.agg(
+        *[F.count(F.when(F.col("_kind") == k, 1)).alias(k) for k in kinds],
+        F.count_distinct(F.when(F.col("_a_copies") > 1, F.struct(*[F.col(f"a_{k}") for k in key]))).alias("_duplicate_keys"),
+    ).first()
+    counts, dup = {k: row[k] for k in kinds}, row["_duplicate_keys"]
     diff = FrameDiff(
         expected_rows=counts.get("missing", 0) + counts.get("different", 0) + counts.get("same", 0),
         actual_rows=counts.get("extra", 0) + counts.get("different", 0) + counts.get("same", 0),

@@ -7,6 +7,8 @@ written through SQL (no Delta Connect plugin on the server); bronze picks its SQ
 and says so; foreachBatch functions run in the server's Python worker and their outcomes come
 back to the run's report by table (`lakehouse.outcomes`); quality runs GX over Connect frames;
 checkpoints given as a URI (`file:` here, `s3://` in production) are inspected through Spark.
+The server evaluates as the in-process tests' session does (`SERVER_CONF`); the e2e tests' job
+processes are where the production settings run.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import pytest
 from devstack.spark_connect import connect_server
 from testkit.bench.ingest import isolated_pipeline
 from testkit.simulator import produce, simulate, write_truth
+from tests.conftest import IN_PROCESS_SPARK_CONF
 from tests.connect.client import connect_pipeline
 from tests.integration.test_bronze import _tag
 
@@ -29,6 +32,11 @@ pytestmark = [pytest.mark.kafka]
 
 REPO = Path(__file__).resolve().parents[2]
 SEED, EVENTS = 5, 300
+#: The in-process session's settings (interpreted expressions, one partition, no adaptive
+#: execution: `tests/conftest.py` says what each saves on a few rows), but for its in-memory
+#: catalog: what is under test is the Connect protocol and the client's code paths, not Spark's
+#: code generation.
+SERVER_CONF = {k: v for k, v in IN_PROCESS_SPARK_CONF.items() if k != "spark.sql.catalogImplementation"}
 
 
 @pytest.mark.long
@@ -44,7 +52,7 @@ def test_the_pipeline_runs_under_spark_connect_and_gold_equals_the_oracle(
     produce(records, kafka_bootstrap)
 
     lake = tmp_path / "lake"  # its own metastore: the classic test session holds the suite's
-    with connect_server(lake) as url:
+    with connect_server(lake, conf=SERVER_CONF) as url:
         # checkpoints as a URI, read and written through Spark (Hadoop's filesystem), as s3:// would be
         checkpoints = tmp_path / "checkpoints"
         env = dict(os.environ, SPARK_REMOTE=url, CDC_ENRICH_LAKE=str(lake), CDC_ENRICH_CHECKPOINTS=checkpoints.as_uri())
