@@ -260,12 +260,11 @@ def _gold_clauses(plan: ViewPlan, differing: bool = False) -> list:
     base_seq = f"t.{quote(plan.base.gold_seq)}"
     guard = f"(s._guard_seq IS NULL OR {base_seq} IS NULL OR s._guard_seq >= {base_seq})"
     hashes = [ROW_HASH] + [a.gold_hash for a in plan.aliases]
-    changed = "TRUE" if differing else " OR ".join(f"NOT (t.{quote(h)} <=> s.{quote(h)})" for h in hashes)
+    update = f"s._present AND {guard}"
+    if not differing:
+        update += " AND (" + " OR ".join(f"NOT (t.{quote(h)} <=> s.{quote(h)})" for h in hashes) + ")"
     values = source_values(plan.gold_columns)
-    clauses = [
-        matched_delete(f"NOT s._present AND {guard}"),
-        matched_update(values, f"s._present AND {guard} AND ({changed})"),
-    ]
+    clauses = [matched_delete(f"NOT s._present AND {guard}"), matched_update(values, update)]
     return clauses + ([] if differing else [not_matched_insert(values, "s._present")])
 
 

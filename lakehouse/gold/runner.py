@@ -449,7 +449,7 @@ def _refresh_gold(
     if decision.path == "recompute":
         return _by_recompute(session, pipeline, plan, target, txn, version, decision, stats, clock)
     stats.update(path="incremental", reason=decision.reason)
-    source = _keys_merge_source(session, pipeline, plan, keys, ranges)
+    source = _keys_merge_source(session, pipeline, plan, target, keys, ranges)
     if count <= BROADCAST_ROW_LIMIT:  # one source row per affected key
         source = F.broadcast(source)
     clock.lap("recompute")
@@ -459,7 +459,7 @@ def _refresh_gold(
 
 
 def _keys_merge_source(
-    session: SparkSession, pipeline: Pipeline, plan: ViewPlan, keys: DataFrame, ranges: Sequence[KeyRange]
+    session: SparkSession, pipeline: Pipeline, plan: ViewPlan, target: str, keys: DataFrame, ranges: Sequence[KeyRange]
 ) -> DataFrame:
     """The incremental path's MERGE source: the view recomputed for the affected keys (their
     base rows read through the key ranges, so Delta skips the other files), computed once; for
@@ -474,7 +474,6 @@ def _keys_merge_source(
     live = {s.name: live_rows(session, pipeline, s) for s in plan.sources}
     result = join_view(plan, live, keys, base_live=base_current.where(~F.col("_deleted")))
     source = gold_merge_source(plan, keys, result, base_current)
-    target = gold_table(pipeline, plan.view.name)
     if writes_apart(session, target):
         gold_keys = keys.select(*[F.col(p).alias(k) for p, k in zip(base.primary_key, plan.key_columns)])
         stored = session.read.table(target).where(range_predicate(plan.key_columns[0], ranges))

@@ -81,11 +81,11 @@ def diff_frames(
     ).first()
     counts, dup = {k: row[k] for k in kinds}, row["_duplicate_keys"]
     diff = FrameDiff(
-        expected_rows=counts.get("missing", 0) + counts.get("different", 0) + counts.get("same", 0),
-        actual_rows=counts.get("extra", 0) + counts.get("different", 0) + counts.get("same", 0),
-        missing=counts.get("missing", 0),
-        extra=counts.get("extra", 0),
-        different=counts.get("different", 0),
+        expected_rows=counts["missing"] + counts["different"] + counts["same"],
+        actual_rows=counts["extra"] + counts["different"] + counts["same"],
+        missing=counts["missing"],
+        extra=counts["extra"],
+        different=counts["different"],
         duplicate_keys=dup,
     )
     if not diff.ok and samples:
