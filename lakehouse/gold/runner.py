@@ -449,8 +449,9 @@ def _refresh_gold(
     if decision.path == "recompute":
         return _by_recompute(session, pipeline, plan, target, txn, version, decision, stats, clock)
     stats.update(path="incremental", reason=decision.reason)
-    source = _keys_merge_source(session, pipeline, plan, target, keys, ranges)
-    if count <= BROADCAST_ROW_LIMIT:  # one source row per affected key
+    few = count <= BROADCAST_ROW_LIMIT  # one source row per affected key
+    source = _keys_merge_source(session, pipeline, plan, target, keys, ranges, few)
+    if few:
         source = F.broadcast(source)
     clock.lap("recompute")
     stats.update(merge_into_gold(session, target, plan, source, ranges, txn, version))
@@ -459,20 +460,32 @@ def _refresh_gold(
 
 
 def _keys_merge_source(
-    session: SparkSession, pipeline: Pipeline, plan: ViewPlan, target: str, keys: DataFrame, ranges: Sequence[KeyRange]
+    session: SparkSession,
+    pipeline: Pipeline,
+    plan: ViewPlan,
+    target: str,
+    keys: DataFrame,
+    ranges: Sequence[KeyRange],
+    few_keys: bool,
 ) -> DataFrame:
     """The incremental path's MERGE source: the view recomputed for the affected keys (their
-    base rows read through the key ranges, so Delta skips the other files), computed once; for
+    base rows read through the key ranges, so Delta skips the other files, once; the parents
+    they name, `frames.narrowed_sources`), computed once; for
     a gold table large enough for deletion vectors, less the rows it holds unchanged
     (`frames.differing_rows`, on gold's key and hash columns), which `delta.merge_into_gold`
-    then writes in two commits. A small table's one MERGE compares the hashes itself."""
+    then writes in two commits. A small table's one MERGE compares the hashes itself.
+    `few_keys`: at most a broadcast's worth of keys."""
     base = plan.base.source
     base_current = session.read.table(silver_current_table(pipeline, base))
-    base_current = base_current.where(range_predicate(base.primary_key[0], ranges)).join(
-        keys, list(base.primary_key), "left_semi"
+    keyed = F.broadcast(keys) if few_keys else keys
+    # read once: the join, its parents' value lists and the delete markers all use these rows
+    base_current = (
+        base_current.where(range_predicate(base.primary_key[0], ranges))
+        .join(keyed, list(base.primary_key), "left_semi")
+        .localCheckpoint(eager=True)
     )
     live = {s.name: live_rows(session, pipeline, s) for s in plan.sources}
-    result = join_view(plan, live, keys, base_live=base_current.where(~F.col("_deleted")))
+    result = join_view(plan, live, keyed, base_live=base_current.where(~F.col("_deleted")), few_keys=few_keys)
     source = gold_merge_source(plan, keys, result, base_current)
     if writes_apart(session, target):
         gold_keys = keys.select(*[F.col(p).alias(k) for p, k in zip(base.primary_key, plan.key_columns)])

@@ -33,6 +33,7 @@ from lakehouse.gold import (
     view_plan,
 )
 from lakehouse.gold.delta import subscriptions_maintained
+from lakehouse.gold.frames import narrowed_sources
 from lakehouse.paths import checkpoint_dir
 from lakehouse.gold.analyst import analyst_view
 from lakehouse.tables import gold_table, silver_current_table, subscription_table
@@ -191,6 +192,43 @@ def test_primary_key_joins_inner_left_outer_equal_the_sql_join(spark, kind: str,
         assert row["_updated_at"] is not None
     only_3 = join_view(plan, state, spark.createDataFrame([(3,)], "id bigint")).select(*plan.output_columns).collect()
     assert [tuple(r) for r in only_3] == [e for e in expected if e[0] == 3]
+
+
+def test_a_view_joined_for_some_keys_reads_only_the_parents_their_rows_name(spark, shop_pipeline: Pipeline):
+    """The incremental path's join (`join_view` with base keys) narrows every fk-joined parent
+    to the keys the narrowed rows refer to, chains included (item -> order -> customer), and
+    gives the rows of the whole join for those keys, broadcast or not."""
+    plan = view_plan(shop_pipeline, "order_items_enriched")
+    seq = lambda n: Decimal(n)  # noqa: E731
+    state = {
+        "order_items": spark.createDataFrame(
+            [(1, 1, 100, 1, Decimal("1.00"), seq(1)), (1, 2, 101, 2, Decimal("2.00"), seq(2)),
+             (2, 1, 102, 3, Decimal("3.00"), seq(3)), (3, 1, None, 4, Decimal("4.00"), seq(4))],
+            "order_id bigint, line_no int, product_id bigint, quantity int, unit_price decimal(10,2), _sequence decimal(38,0)"),
+        "orders": spark.createDataFrame(
+            [(1, 7, "new", None, None, seq(5)), (2, 8, "paid", None, None, seq(6)), (3, 9, "new", None, None, seq(7))],
+            "id bigint, customer_id bigint, status string, order_date date, total decimal(12,2), _sequence decimal(38,0)"),
+        "customers": spark.createDataFrame(
+            [(7, "ann", None, None, None, seq(8)), (8, "bob", None, None, None, seq(9))],
+            "id bigint, name string, email string, segment string, created_at timestamp, _sequence decimal(38,0)"),
+        "products": spark.createDataFrame(
+            [(100, "s0", "t0", None, None, seq(10)), (101, "s1", "t1", None, None, seq(11)), (102, "s2", "t2", None, None, seq(12))],
+            "id bigint, sku string, title string, price decimal(10,2), description string, _sequence decimal(38,0)"),
+    }
+    state = {name: committed_at_sequence(df) for name, df in state.items()}
+    keys = spark.createDataFrame([(1, 2), (3, 1)], "order_id bigint, line_no int")
+
+    read = dict(zip([a.alias for a in plan.aliases], narrowed_sources(plan, state, keys)))
+    ids = lambda alias: sorted(r["id"] for r in read[alias].collect())  # noqa: E731
+    assert ids("ord") == [1, 3] and ids("customer") == [7] and ids("product") == [101]
+    assert sorted((r["order_id"], r["line_no"]) for r in read["order_items"].collect()) == [(1, 2), (3, 1)]
+
+    whole = {tuple(r) for r in join_view(plan, state).select(*plan.output_columns).collect()}
+    expected = {r for r in whole if (r[0], r[1]) in {(1, 2), (3, 1)}}
+    assert len(expected) == 2  # item 3/1 has no product (a left join), its order's customer 9 is gone
+    for few_keys in (False, True):
+        rows = join_view(plan, state, keys, few_keys=few_keys).select(*plan.output_columns).collect()
+        assert {tuple(r) for r in rows} == expected
 
 
 # --------------------------------------------------------------------------- the MERGE and its hash check
