@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import time
 from pathlib import Path
 
 from lakehouse.bronze import run_bronze
@@ -46,17 +47,34 @@ def main() -> None:
     args = parser.parse_args()
 
     assert os.environ.get("SPARK_REMOTE"), "set SPARK_REMOTE to the server's sc:// URL"
+    seconds: dict[str, float] = {}  # per step, so that the test's report says where its minutes go
+    clock = time.monotonic()
+
+    def lap(step: str) -> None:
+        nonlocal clock
+        now = time.monotonic()
+        seconds[step] = round(now - clock, 1)
+        clock = now
+
     spark = get_spark(args.lake)
     pipeline = connect_pipeline(args.pipeline, args.tag)
     ensure_schemas(spark, pipeline)
+    lap("session")
     lines: list[str] = []
     bronze = run_bronze(spark, pipeline, args.lake, args.bootstrap, progress=lines.append)
+    lap("bronze")
     silver = run_silver(spark, pipeline, args.lake, progress=lines.append)
+    lap("silver")
     gold = run_gold(spark, pipeline, args.lake, progress=lines.append)
+    lap("gold")
     again = run_bronze(spark, pipeline, args.lake, args.bootstrap)  # resumes from its checkpoints
+    lap("bronze again")
     verify = verify_pipeline(spark, pipeline, args.truth)
+    lap("verify")
     quality = run_quality(spark, pipeline)  # no lake: no Data Docs (HTML rendering, not Connect)
+    lap("quality")
     pruned = prune_outcomes(spark, pipeline, keep_days=0)  # upkeep's step: the outcomes were read back
+    lap("prune")
     print(json.dumps({
         "connect": is_connect(spark),
         "bronze": {"records": bronze.records, "rows": bronze.rows, "quarantined": bronze.quarantined,
@@ -69,6 +87,7 @@ def main() -> None:
         "quality": {"evaluated": quality.evaluated, "validated": len(quality.validated), "ok": quality.ok},
         "outcomes_pruned": pruned,
         "progress_lines": lines,
+        "seconds": seconds,
     }))
 
 

@@ -63,6 +63,7 @@ def test_the_pipeline_runs_under_spark_connect_and_gold_equals_the_oracle(
         )
     assert done.returncode == 0, f"the Connect client failed:\n{done.stderr[-6000:]}"
     result = json.loads(done.stdout.strip().splitlines()[-1])
+    print(f"Connect client, seconds per step: {result['seconds']}")
 
     assert result["connect"] is True
     assert result["verify_ok"], result["verify"]

@@ -299,6 +299,7 @@ def test_simulated_workload_end_to_end(spark: SparkSession, shop_pipeline: Pipel
             assert {c: _plain(v) for c, v in latest[key].items()} == {c: _plain(v) for c, v in row.items()}, (source.name, key)
 
 
+@pytest.mark.slow  # 24 s of a benchmark's run whose figures no test can judge; `make bench` runs it whole
 def test_bench_smoke(spark: SparkSession, shop_pipeline: Pipeline, kafka_bootstrap: str, lake: Path) -> None:
     pytest.importorskip("testkit.simulator", reason="the benchmark produces simulated events")
     from testkit.bench.ingest import bench_ingest
