@@ -19,7 +19,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql.types import StructType
 from pyspark.sql import functions as F
 
-from lakehouse.declaration import Options, Pipeline, parse_pipeline
+from lakehouse.declaration import Pipeline, parse_pipeline
 from lakehouse.errors import TableLayoutError
 from lakehouse.gold import (
     ROW_HASH,
@@ -482,6 +482,10 @@ def test_verify_reports_missing_extra_different_and_stale_rows(spark, lake: Path
     assert "missing (order_id=10)" in bad.render() and "status: expected 'new', gold 'lost'" in bad.render()
 
 
+# 62 s in the suite: its rule, that a table created anew under a name forgets the moves written
+# under it, is tests/unit/test_applied_moves.py's; the first build's whole-view append is every
+# gold spec's first run.
+@pytest.mark.slow
 def test_a_view_rebuilt_in_the_same_process_is_built_again_whole(spark, lake: Path, shop_pipeline: Pipeline):
     """Dropping gold, its subscription table and its checkpoint rebuilds the view (README); the
     process that wrote the old tables' moves (`gold.applied`) must fill the new ones anew: the
@@ -604,8 +608,7 @@ def test_the_cost_model_recomputes_a_batch_that_changes_most_rows_and_the_change
 ):
     """Counting only what each path reads (no fixed cost), a small batch is applied incrementally
     and a rename fanning out to most orders is cheaper as a recompute diffed against gold, which
-    writes exactly the rows that changed (and the delete). With the incremental path's measured
-    fixed cost (the default), a view this small is recomputed whatever the batch, keys uncounted."""
+    writes exactly the rows that changed (and the delete)."""
     pipeline = narrowed(variant(shop_pipeline, refresh="auto"), "orders_enriched")
     pipeline = pipeline.with_options(gold_incremental_overhead_rows=0)
     create_silver(spark, pipeline)
@@ -635,16 +638,8 @@ def test_the_cost_model_recomputes_a_batch_that_changes_most_rows_and_the_change
     assert {c["order_id"] for c in changes if c["_change_type"] == "update_postimage"} == set(range(100, 115))
     assert all(c["customer_name"] == "Ann" for c in changes if c["_change_type"] == "update_postimage")
     assert_gold_equals_oracle(spark, pipeline, ["orders_enriched"])
-
-    calibrated = pipeline.with_options(gold_incremental_overhead_rows=Options().gold_incremental_overhead_rows)
-    apply(spark, pipeline, "orders", Change({"id": 101, "customer_id": 1, "status": "paid"}, 70))
-    before = table_version(spark, table)
-    run = run_gold(spark, calibrated, lake, views=["orders_enriched"]).views["orders_enriched"]
-    assert run.paths == {"recompute": 1} and "recompute is cheaper even with no affected key" in run.last_reason, run.last_reason
-    assert sorted((c["_change_type"], c["order_id"]) for c in gold_changes(spark, table, before)) == [
-        ("update_postimage", 101), ("update_preimage", 101)
-    ]
-    assert_gold_equals_oracle(spark, pipeline, ["orders_enriched"])
+    # With the measured fixed cost (the default), a view this small is recomputed whatever the
+    # batch: the next spec (which also shows it writes no subscription).
 
 
 def test_a_view_recomputed_whatever_its_keys_writes_no_subscription_and_catches_them_up_before_it_walks_them(
@@ -668,6 +663,7 @@ def test_a_view_recomputed_whatever_its_keys_writes_no_subscription_and_catches_
           Change(None, 51, key={"id": 128}))  # a delete
     run = run_gold(spark, small, lake, views=["orders_enriched"]).views["orders_enriched"]
     assert run.paths == {"recompute": 1} and run.subscriptions_written == 0, run.last_reason
+    assert "recompute is cheaper even with no affected key" in run.last_reason, run.last_reason
     assert spark.table(sub).count() == 0 and not subscriptions_maintained(spark, table)
     assert_gold_equals_oracle(spark, small, ["orders_enriched"])
 
