@@ -485,7 +485,7 @@ def _keys_merge_source(
         .localCheckpoint(eager=True)
     )
     live = {s.name: live_rows(session, pipeline, s) for s in plan.sources}
-    result = join_view(plan, live, keyed, base_live=base_current.where(~F.col("_deleted")), few_keys=few_keys)
+    result = join_view(plan, live, keys, base_live=base_current.where(~F.col("_deleted")), few_keys=few_keys)
     source = gold_merge_source(plan, keys, result, base_current)
     if writes_apart(session, target):
         gold_keys = keys.select(*[F.col(p).alias(k) for p, k in zip(base.primary_key, plan.key_columns)])

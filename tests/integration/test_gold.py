@@ -199,20 +199,19 @@ def test_a_view_joined_for_some_keys_reads_only_the_parents_their_rows_name(spar
     to the keys the narrowed rows refer to, chains included (item -> order -> customer), and
     gives the rows of the whole join for those keys, broadcast or not."""
     plan = view_plan(shop_pipeline, "order_items_enriched")
-    seq = lambda n: Decimal(n)  # noqa: E731
     state = {
         "order_items": spark.createDataFrame(
-            [(1, 1, 100, 1, Decimal("1.00"), seq(1)), (1, 2, 101, 2, Decimal("2.00"), seq(2)),
-             (2, 1, 102, 3, Decimal("3.00"), seq(3)), (3, 1, None, 4, Decimal("4.00"), seq(4))],
+            [(1, 1, 100, 1, Decimal("1.00"), Decimal(1)), (1, 2, 101, 2, Decimal("2.00"), Decimal(2)),
+             (2, 1, 102, 3, Decimal("3.00"), Decimal(3)), (3, 1, None, 4, Decimal("4.00"), Decimal(4))],
             "order_id bigint, line_no int, product_id bigint, quantity int, unit_price decimal(10,2), _sequence decimal(38,0)"),
         "orders": spark.createDataFrame(
-            [(1, 7, "new", None, None, seq(5)), (2, 8, "paid", None, None, seq(6)), (3, 9, "new", None, None, seq(7))],
+            [(1, 7, "new", None, None, Decimal(5)), (2, 8, "paid", None, None, Decimal(6)), (3, 9, "new", None, None, Decimal(7))],
             "id bigint, customer_id bigint, status string, order_date date, total decimal(12,2), _sequence decimal(38,0)"),
         "customers": spark.createDataFrame(
-            [(7, "ann", None, None, None, seq(8)), (8, "bob", None, None, None, seq(9))],
+            [(7, "ann", None, None, None, Decimal(8)), (8, "bob", None, None, None, Decimal(9))],
             "id bigint, name string, email string, segment string, created_at timestamp, _sequence decimal(38,0)"),
         "products": spark.createDataFrame(
-            [(100, "s0", "t0", None, None, seq(10)), (101, "s1", "t1", None, None, seq(11)), (102, "s2", "t2", None, None, seq(12))],
+            [(100, "s0", "t0", None, None, Decimal(10)), (101, "s1", "t1", None, None, Decimal(11)), (102, "s2", "t2", None, None, Decimal(12))],
             "id bigint, sku string, title string, price decimal(10,2), description string, _sequence decimal(38,0)"),
     }
     state = {name: committed_at_sequence(df) for name, df in state.items()}
