@@ -16,18 +16,22 @@ if [ ! -f "$py_stamp" ] || [ ! -x .venv/bin/python ]; then
   [ -x .venv/bin/python ] || "$PY" -m venv .venv
   .venv/bin/pip install -q --disable-pip-version-check --upgrade pip
   # --no-compile: pip would byte-compile every module of every package (pyspark's and GX's most
-  # of all), one at a time. Measured on a fresh venv with pip's cache warm, two runs each: 70.8 and 69.9 s
-  # with, 30.1 and 35.8 s without; the first import of the suite's packages then took 15.7 s
-  # against 14.0 s once compiled.
+  # of all), one at a time: a fresh venv with pip's cache warm took 70.8 and 69.9 s with, 30.1 and
+  # 35.8 s without. Step 1b compiles them on every core instead.
   .venv/bin/pip install -q --disable-pip-version-check --no-compile -e ".[local,dev]"
-  # ...but a process compiles only in memory when PYTHONDONTWRITEBYTECODE is set, as it is on
-  # this machine (and in many CI images): then every process (each pytest worker, each job the
-  # tests start, each Spark Python worker) compiled GX, pandas, scipy and pyspark again, ~10 s of
-  # CPU each. So the packages are compiled here once, on every core (2026-12-02, 2 cores: 19.5 s;
-  # `import great_expectations` 11.2 s -> 5.3 s, collecting the suite 21.6 s -> 11.8 s).
+  rm -f .cache/venv.* .cache/pyc.*; touch "$py_stamp"
+fi
+# 1b. The venv's packages byte-compiled once, on every core. A process that imports a module
+#     compiles it in memory only when PYTHONDONTWRITEBYTECODE is set, as it is on this machine (and
+#     in many CI images): every process (each pytest worker, each job the tests start, each Spark
+#     Python worker) then compiled GX, pandas, scipy and pyspark again, ~10 s of CPU each.
+#     Measured 2026-12-02 (2 cores): 19.5 s once; `import great_expectations` 11.2 s -> 5.3 s,
+#     collecting the suite 21.6 s -> 11.8 s of CPU per process.
+pyc_stamp=".cache/pyc.$(hash_of pyproject.toml)"
+if [ ! -f "$pyc_stamp" ]; then
   echo "setup: byte-compiling the venv's packages"
   .venv/bin/python -m compileall -q -j 0 "$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" >/dev/null
-  rm -f .cache/venv.*; touch "$py_stamp"
+  rm -f .cache/pyc.*; touch "$pyc_stamp"
 fi
 # The checkout's development packages (devstack/, testkit/) are not in the wheel: a .pth puts the
 # checkout on the venv's path so that the CLI, the tests and the benchmarks find them anywhere.
