@@ -8,7 +8,7 @@ export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 # The project's own modules and the tests keep their compiled form in __pycache__ (git-ignored)
 # even where the environment sets PYTHONDONTWRITEBYTECODE, as this machine's does: every pytest
 # worker, job process and Spark Python worker would compile them again (collecting the suite:
-# 11.8 s -> 7.5 s of CPU per process; set-up compiles the venv's packages, tools/setup.sh).
+# 11.8 s -> 7.5 s per process; set-up compiles the venv's packages, tools/setup.sh).
 unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: setup demo test test-unit test-integration test-e2e test-connect test-slow test-postgres bench stack-up stack-down clean

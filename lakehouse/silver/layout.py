@@ -141,10 +141,14 @@ def _create(spark: SparkSession, name: str, schema: StructType, properties: Mapp
 
 
 def read_truncates(spark: SparkSession, pipeline: Pipeline, source: Source) -> list[Truncate]:
-    """The source's recorded truncates, oldest first, each once (a few rows: deduplicated here,
-    not by a shuffle in Spark)."""
-    rows = spark.table(truncates_table(pipeline)).filter(F.col("source") == source.name).select("sequence", "source_ts").collect()
-    return sorted({(r["sequence"], r["source_ts"]) for r in rows})
+    rows = (
+        spark.table(truncates_table(pipeline))
+        .filter(F.col("source") == source.name)
+        .select("sequence", "source_ts")
+        .distinct()
+        .collect()
+    )
+    return sorted((r["sequence"], r["source_ts"]) for r in rows)
 
 
 def compacted_before(spark: SparkSession, pipeline: Pipeline, source: Source) -> datetime | None:
