@@ -11,6 +11,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from lakehouse.declaration import ForeignKey, Pipeline, Source
+from lakehouse.deltasql import deletion_vectors_if_grown
 from lakehouse.gold import as_of, expression_join, windowed
 from lakehouse.gold.applied import APPLIED, collected_moves
 from lakehouse.gold.clock import PhaseClock
@@ -550,7 +551,9 @@ def append_to_empty_gold(
     """
     target = gold_table(pipeline, plan.view.name)
     (rows,) = table_rows(session, [silver_current_table(pipeline, plan.base.source)])  # about one gold row each
-    return append_tagged(clustered(full_recompute(session, pipeline, plan.view.name), plan.key_columns, rows), target, app_id, version)
+    written = append_tagged(clustered(full_recompute(session, pipeline, plan.view.name), plan.key_columns, rows), target, app_id, version)
+    deletion_vectors_if_grown(session, target)
+    return written
 
 
 def _missing_silver(spark: SparkSession, pipeline: Pipeline, plan: ViewPlan) -> list[str]:

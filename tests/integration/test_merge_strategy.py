@@ -10,7 +10,7 @@ import pytest
 from pyspark.sql import functions as F
 
 import lakehouse.deltasql as deltasql
-from lakehouse.deltasql import DELETION_VECTORS_WHEN_LARGE, PERSISTENT_DELETION_VECTORS, matched_update, merge
+from lakehouse.deltasql import DELETION_VECTORS_WHEN_LARGE, PERSISTENT_DELETION_VECTORS, matched_update, merge, not_matched_insert
 from lakehouse.sqltext import string_literal
 from lakehouse.tables import TXN_APP_ID, delta_txn
 
@@ -69,3 +69,24 @@ def test_the_first_merge_past_the_threshold_turns_deletion_vectors_on_and_keeps_
         assert merge(updates.select("id", F.lit("c").alias("v")), name, "t.id = s.id", [matched_update({"v": "s.v"})])["updated"] == 0
     assert sorted(r.id for r in spark.table(name).where("v = 'b'").collect()) == [10, 11]
     assert spark.conf.get(TXN_APP_ID, None) is None  # the session is left as it was
+
+
+
+def test_a_merge_that_grows_a_table_past_the_threshold_turns_deletion_vectors_on_in_the_same_batch(
+    spark, monkeypatch: pytest.MonkeyPatch
+):
+    """A large insert into a table known small reads the table's size again at once: the batch
+    that grew it past the threshold pays the feature's commit, and the next MERGE marks rows in
+    deletion vectors without a commit of its own first."""
+    name = _table_of(spark, 100, DELETION_VECTORS_WHEN_LARGE)
+    size = spark.sql(f"DESCRIBE DETAIL {name}").first()["sizeInBytes"]
+    monkeypatch.setattr(deltasql, "REWRITE_BELOW_BYTES", size)  # small now, large after the insert
+    monkeypatch.setattr(deltasql, "GROWN_ROWS", 10)
+    rows = spark.range(1000, 1100).select("id", F.lit("a").alias("v")).coalesce(1)
+    assert merge(rows, name, "t.id = s.id", [not_matched_insert({"id": "s.id", "v": "s.v"})])["inserted"] == 100
+    assert _has_deletion_vectors(spark, name)  # turned on by the batch that grew it
+    history = spark.sql(f"DESCRIBE HISTORY {name}").orderBy("version").collect()
+    assert [h["operation"] for h in history[-2:]] == ["MERGE", "SET TBLPROPERTIES"]
+    metrics = _update_two_rows(spark, name)
+    assert metrics["numTargetDeletionVectorsAdded"] == "1"
+    assert spark.sql(f"DESCRIBE HISTORY {name}").orderBy("version").collect()[-2]["operation"] == "SET TBLPROPERTIES"
