@@ -71,7 +71,6 @@ def test_the_first_merge_past_the_threshold_turns_deletion_vectors_on_and_keeps_
     assert spark.conf.get(TXN_APP_ID, None) is None  # the session is left as it was
 
 
-
 def test_a_merge_that_grows_a_table_past_the_threshold_turns_deletion_vectors_on_in_the_same_batch(
     spark, monkeypatch: pytest.MonkeyPatch
 ):
