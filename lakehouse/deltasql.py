@@ -268,16 +268,19 @@ def merge(source: DataFrame, target: str, on: str, clauses: Sequence[When]) -> d
         "updated": int(row.get("num_updated_rows") or 0),
         "deleted": int(row.get("num_deleted_rows") or 0),
     }
-    if rewrite and counts["inserted"] >= GROWN_ROWS:
-        deletion_vectors_if_grown(spark, target)
+    if rewrite:
+        deletion_vectors_if_grown(spark, target, counts["inserted"])
     return counts
 
 
-def deletion_vectors_if_grown(spark: SparkSession, name: str) -> None:
-    """After a write that may have taken `name` past `REWRITE_BELOW_BYTES` (a first fill, a large
-    insert): read its facts again and turn its deletion vectors on now, when it asks for them
-    once large, so the batch that grew it pays that commit, not the next MERGE (the 1M-row gold
-    bench's first incremental batch turned them on for three tables, 2026-12-02)."""
+def deletion_vectors_if_grown(spark: SparkSession, name: str, inserted: int) -> None:
+    """After a write of `inserted` rows into `name` while it was known small: from `GROWN_ROWS`
+    rows on (a first fill, a large insert), read its facts again and turn its deletion vectors on
+    now, when it asks for them once large, so the batch that grew it pays that commit, not the
+    next MERGE (the 1M-row gold bench's first incremental batch turned them on for three tables,
+    2026-12-02). A smaller write reads nothing."""
+    if inserted < GROWN_ROWS:
+        return
     _FACTS.forget(application_id(spark), name)
     if enables_deletion_vectors(table_facts(spark, name)):
         turn_on_deletion_vectors(spark, name)

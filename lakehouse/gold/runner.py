@@ -552,7 +552,7 @@ def append_to_empty_gold(
     target = gold_table(pipeline, plan.view.name)
     (rows,) = table_rows(session, [silver_current_table(pipeline, plan.base.source)])  # about one gold row each
     written = append_tagged(clustered(full_recompute(session, pipeline, plan.view.name), plan.key_columns, rows), target, app_id, version)
-    deletion_vectors_if_grown(session, target)
+    deletion_vectors_if_grown(session, target, written)  # it was empty: known small
     return written
 
 
