@@ -341,9 +341,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
         else:
             from testkit.bench.gold import bench_gold
 
-            from testkit.bench.gold import render_table
+            from testkit.bench.gold import render_cells, render_table
 
             kwargs: dict[str, Any] = {"fact_rows": args.rows} if args.rows else {}
+            if args.repeats:
+                kwargs["repeats"] = args.repeats
             if args.fractions:
                 kwargs["fractions"] = tuple(float(f) for f in args.fractions.split(","))
             if args.workloads:
@@ -352,6 +354,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 kwargs["refresh"] = tuple(m.strip() for m in args.refresh.split(",") if m.strip())
             results[name] = bench_gold(spark, pipeline, lake, progress=_say, **kwargs)
             _say(render_table(results[name]))
+            if results[name]["repeats"] > 1:
+                _say(render_cells(results[name]))
         if args.out:  # for `python -m testkit.bench.plot`
             Path(args.out).write_text(json.dumps(results[name], indent=2, default=str))
         _say(json.dumps(results[name], indent=2, default=str))
@@ -503,6 +507,8 @@ def build_parser() -> argparse.ArgumentParser:
                                        "as_of: new_events, late_versions (default both)")
     p.add_argument("--refresh", help="gold: comma list of options.gold_refresh modes to time side by side in every cell "
                                      "(auto, incremental, recompute; default auto): calibrates the cost model")
+    p.add_argument("--repeats", type=int, help="gold: batches timed per cell, each a fresh batch of the same shape; "
+                                                "the summary gives each cell's medians (default 1)")
     p.add_argument("--out", help="also write the result as JSON to this file (for testkit.bench.plot)")
     p.add_argument("--rates", help="freshness: comma list of records per second (default 100,500,2000)")
     p.add_argument("--schedules", help="freshness: comma list of continuous schedules, each run at every rate "

@@ -21,6 +21,10 @@ Workloads (fraction = changed fact rows / fact rows):
   customers and repriced products, which fan out through the subscriptions;
 - hot_parent: the hot customer renamed (1 % of the fact rows fan out from one change).
 
+With `repeats` > 1 every cell runs that many batches (each a fresh batch of the same shape, the
+modes still rotated within each round), and `cells` holds each cell's medians: a stream's
+batches after its first are what users pay, and this machine's noise is 10-20 % a run.
+
 Reported per run: times and their ratio, the path taken and why, seconds per phase, Spark jobs,
 and each table's Delta operation metrics for the commits of the run (files scanned and
 touched, rows rewritten); the subscription tables' sizes; and whether gold equals the full
@@ -35,6 +39,7 @@ import dataclasses
 from dataclasses import dataclass
 import math
 import shutil
+import statistics
 import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -325,9 +330,12 @@ def bench_gold(
     workloads: Sequence[str] = WORKLOADS,
     progress: Callable[[str], None] | None = None,
     refresh: Sequence[str] = ("auto",),
+    repeats: int = 1,
 ) -> dict[str, Any]:
     """Gold maintenance against a full recompute of one view (default: the one with the most joins),
-    under each `options.gold_refresh` mode in `refresh`."""
+    under each `options.gold_refresh` mode in `refresh`, each cell `repeats` times (`cells`: medians)."""
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1, not {repeats}: it is how many batches each cell times")
     check_workloads(workloads, WORKLOADS)
     check_workloads(refresh, REFRESH_MODES, "refresh mode")
     say = progress or (lambda _m: None)
@@ -363,9 +371,12 @@ def bench_gold(
     runs = []
     sequence = 10
     shapes = [(w, f) for w in workloads for f in (sorted(fractions) if w != "hot_parent" else [1 / HOT_SHARE])]
-    # each shape runs every mode, the order rotated from one shape to the next (none always goes first)
-    cells = [(w, f, refresh[(i + j) % len(refresh)]) for i, (w, f) in enumerate(shapes) for j in range(len(refresh))]
-    for workload, fraction, mode in cells:
+    # each shape runs every mode, the order rotated from one shape (and round) to the next (none always goes first)
+    cells = [
+        (w, f, refresh[(i + k + j) % len(refresh)], k)
+        for i, (w, f) in enumerate(shapes) for k in range(repeats) for j in range(len(refresh))
+    ]
+    for workload, fraction, mode, repeat in cells:
         sequence += 1
         changed = {}
         for source_name, df in _GENERATORS[workload](spark, bench, plan, fraction, sequence, sizes).items():
@@ -384,6 +395,7 @@ def bench_gold(
             "fraction": fraction,
             "changed_rows": changed,
             "refresh": mode,
+            "repeat": repeat,
             "path": ",".join(report.paths) or "none",
             "reason": report.last_reason,
             "affected_keys": report.affected_keys,
@@ -406,9 +418,52 @@ def bench_gold(
             f"phases {run['phases_s']}), full {run['full_recompute_s']} s, ratio {run['full_over_gold']}"
         )
     result["runs"] = runs
+    result["repeats"] = repeats
+    result["cells"] = cell_medians(runs)
     result["subscriptions"] = subscription_sizes(spark, bench)
     result.update(gold_equals_full(spark, plan, target, full_table))
     return result
+
+
+def cell_medians(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per cell (workload, fraction, refresh mode), in first-run order: the runs' median gold and
+    full recompute seconds, their ratio, each phase's median, the paths taken, and the spread.
+
+    >>> cell_medians([{"workload": "oltp", "fraction": 0.001, "refresh": "auto", "path": "incremental",
+    ...                "gold_s": s, "full_recompute_s": 9.0, "phases_s": {"merge": s / 2}} for s in (3.0, 4.0, 9.0)])[0]["gold_s"]
+    4.0
+    """
+    cells: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for run in runs:
+        cells.setdefault((run["workload"], run["fraction"], run.get("refresh", "auto")), []).append(run)
+    out = []
+    for (workload, fraction, mode), group in cells.items():
+        gold = statistics.median(r["gold_s"] for r in group)
+        full = statistics.median(r["full_recompute_s"] for r in group)
+        phases = sorted({p for r in group for p in r["phases_s"]})
+        out.append({
+            "workload": workload, "fraction": fraction, "refresh": mode, "runs": len(group),
+            "paths": sorted({r["path"] for r in group}),
+            "gold_s": round(gold, 2), "gold_s_range": [min(r["gold_s"] for r in group), max(r["gold_s"] for r in group)],
+            "full_recompute_s": round(full, 2),
+            "full_over_gold": round(full / gold, 2) if gold else None,
+            "phases_s": {p: round(statistics.median(r["phases_s"].get(p, 0.0) for r in group), 2) for p in phases},
+        })
+    return out
+
+
+def render_cells(result: dict[str, Any]) -> str:
+    """Each cell's medians over its repeats, as a Markdown table."""
+    return markdown_table(
+        ("rows", "workload", "fraction", "refresh", "path(s)", "runs", "gold s (median)", "gold s (range)",
+         "full recompute s (median)", "full / gold", *PHASES),
+        (
+            (f"{result['fact_rows']:,}", c["workload"], f"{c['fraction']:.2%}", c["refresh"], ", ".join(c["paths"]), c["runs"],
+             c["gold_s"], f"{c['gold_s_range'][0]}-{c['gold_s_range'][1]}", c["full_recompute_s"], f"{c['full_over_gold']}x",
+             *(f"{c['phases_s'].get(p, 0.0):.1f}" for p in PHASES))
+            for c in result["cells"]
+        ),
+    )
 
 
 def _path(run: dict[str, Any]) -> str:

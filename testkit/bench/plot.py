@@ -38,22 +38,32 @@ def plot_gold(results: Sequence[dict[str, Any]], out: Path, machine: str | None 
                 continue
             full = [statistics.median(r["full_recompute_s"] for r in every if r["fraction"] == f) for f in fractions]
             ax.plot([f * 100 for f in fractions], full, style, color="tab:red", marker="x", label=f"full recompute (median), {scale}")
-            runs = sorted((r for r in every if r.get("refresh", "auto") == "auto"), key=lambda r: r["fraction"])
-            if runs:  # gold as the cost model picks (a file of pinned modes only has none)
-                xs = [r["fraction"] * 100 for r in runs]
-                ax.plot(xs, [r["gold_s"] for r in runs], style, color="tab:blue", label=f"gold (auto), {scale}")
-                for x, r in zip(xs, runs):  # the path the cost model took
-                    marker = "o" if r["path"] == "incremental" else "s"
-                    ax.plot([x], [r["gold_s"]], marker, color="tab:blue", markersize=6, markerfacecolor="white")
+            auto = _medians(r for r in every if r.get("refresh", "auto") == "auto")
+            if auto:  # gold as the cost model picks (a file of pinned modes only has none)
+                xs = [f * 100 for f, _, _ in auto]
+                ax.plot(xs, [s for _, s, _ in auto], style, color="tab:blue", label=f"gold (auto), {scale}")
+                for x, (_, seconds, paths) in zip(xs, auto):  # the path the cost model took
+                    marker = "o" if paths == {"incremental"} else "s"
+                    ax.plot([x], [seconds], marker, color="tab:blue", markersize=6, markerfacecolor="white")
             for mode, color in (("incremental", "tab:purple"), ("recompute", "tab:green")):  # `bench gold --refresh`
-                pinned = sorted((r for r in res["runs"] if r["workload"] == workload and r.get("refresh") == mode),
-                                key=lambda r: r["fraction"])
+                pinned = _medians(r for r in every if r.get("refresh") == mode)
                 if pinned:
-                    ax.plot([r["fraction"] * 100 for r in pinned], [r["gold_s"] for r in pinned], style, color=color,
+                    ax.plot([f * 100 for f, _, _ in pinned], [s for _, s, _ in pinned], style, color=color,
                             marker=".", label=f"{mode} (pinned), {scale}")
         _style(ax, "changed share of the fact table, %", "seconds per batch",
                f"{workload}  (gold: o incremental, \u25a1 recompute)", ylog=True)
     return _save(fig, out, "cdc-enrich bench gold, order_items_enriched", machine)
+
+
+def _medians(runs: Any) -> list[tuple[float, float, set[str]]]:
+    """(fraction, median gold seconds, paths taken) per fraction, in fraction order: a cell
+    timed more than once (`bench gold --repeats`) is drawn at its median."""
+    by_fraction: dict[float, list[dict[str, Any]]] = {}
+    for run in runs:
+        by_fraction.setdefault(run["fraction"], []).append(run)
+    return [
+        (f, statistics.median(r["gold_s"] for r in rs), {r["path"] for r in rs}) for f, rs in sorted(by_fraction.items())
+    ]
 
 
 def plot_as_of(results: Sequence[dict[str, Any]], out: Path, machine: str | None = None) -> Path:

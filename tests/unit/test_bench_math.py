@@ -70,3 +70,20 @@ def test_a_catch_up_that_fills_the_drain_is_not_bounded() -> None:
     assert latency_summary(sent, seen, drain_s=60)["bounded"]
     assert latency_summary(sent, seen, drain_s=60)["catch_up_s"] == 3.0
     assert not latency_summary(sent, seen, drain_s=3)["bounded"]
+
+
+def test_a_gold_cell_timed_more_than_once_reports_its_medians_and_spread() -> None:
+    from testkit.bench.gold import cell_medians, render_cells
+
+    def run(mode: str, gold: float, full: float, path: str = "incremental") -> dict:
+        return {"workload": "oltp", "fraction": 0.001, "refresh": mode, "path": path, "gold_s": gold,
+                "full_recompute_s": full, "phases_s": {"merge": gold / 2, "keys": 1.0}}
+
+    runs = [run("incremental", 30.0, 9.0), run("auto", 20.0, 10.0, "recompute"), run("incremental", 12.0, 8.0),
+            run("auto", 18.0, 8.0, "incremental"), run("incremental", 15.0, 11.0)]
+    inc, auto = cell_medians(runs)  # first-run order
+    assert (inc["refresh"], inc["runs"], inc["gold_s"], inc["gold_s_range"]) == ("incremental", 3, 15.0, [12.0, 30.0])
+    assert (inc["full_recompute_s"], inc["full_over_gold"], inc["phases_s"]) == (9.0, 0.6, {"keys": 1.0, "merge": 7.5})
+    assert (auto["runs"], auto["gold_s"], auto["full_recompute_s"], auto["paths"]) == (2, 19.0, 9.0, ["incremental", "recompute"])
+    table = render_cells({"fact_rows": 1_000_000, "cells": [inc, auto]})
+    assert "| 1,000,000 | oltp | 0.10% | incremental | incremental | 3 | 15.0 | 12.0-30.0 | 9.0 | 0.6x |" in table
