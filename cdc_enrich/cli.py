@@ -421,6 +421,17 @@ def cmd_demo(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- argument parsing
 
 
+def _at_least_one(text: str) -> int:
+    """A count of runs given on the command line: a whole number of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
@@ -507,7 +518,7 @@ def build_parser() -> argparse.ArgumentParser:
                                        "as_of: new_events, late_versions (default both)")
     p.add_argument("--refresh", help="gold: comma list of options.gold_refresh modes to time side by side in every cell "
                                      "(auto, incremental, recompute; default auto): calibrates the cost model")
-    p.add_argument("--repeats", type=int, help="gold: batches timed per cell, each a fresh batch of the same shape; "
+    p.add_argument("--repeats", type=_at_least_one, help="gold: batches timed per cell, each a fresh batch of the same shape; "
                                                 "the summary gives each cell's medians (default 1)")
     p.add_argument("--out", help="also write the result as JSON to this file (for testkit.bench.plot)")
     p.add_argument("--rates", help="freshness: comma list of records per second (default 100,500,2000)")

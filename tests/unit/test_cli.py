@@ -45,3 +45,11 @@ def test_an_unknown_source_is_a_clear_error_that_lists_the_declared_ones(tmp_pat
     err = capsys.readouterr().err
     assert "has no source 'clients'; declared: customers, orders" in err
     assert "Traceback" not in err
+
+
+def test_a_bench_repeat_count_below_one_is_refused_before_spark_starts(capsys: pytest.CaptureFixture[str]) -> None:
+    for bad in ("0", "-2", "three"):
+        with pytest.raises(SystemExit) as done:
+            main(["bench", "gold", "--repeats", bad])
+        assert done.value.code == 2
+        assert f"--repeats: {bad!r} is not a whole number of at least 1" in capsys.readouterr().err
