@@ -26,6 +26,8 @@ PANELS = ("uniform", "oltp", "hot_parent")
 
 def plot_gold(results: Sequence[dict[str, Any]], out: Path, machine: str | None = None) -> Path:
     """Draw `bench_gold` results (one per scale) into `out` (PNG)."""
+    from testkit.bench.gold import cell_medians
+
     workloads = [w for w in PANELS if any(r["workload"] == w for res in results for r in res["runs"])]
     fig, axes = _figure(len(workloads))
     styles = ["-", "--", ":"]
@@ -38,32 +40,22 @@ def plot_gold(results: Sequence[dict[str, Any]], out: Path, machine: str | None 
                 continue
             full = [statistics.median(r["full_recompute_s"] for r in every if r["fraction"] == f) for f in fractions]
             ax.plot([f * 100 for f in fractions], full, style, color="tab:red", marker="x", label=f"full recompute (median), {scale}")
-            auto = _medians(r for r in every if r.get("refresh", "auto") == "auto")
+            cells = sorted(cell_medians(every), key=lambda c: c["fraction"])  # a repeated cell drawn at its median
+            auto = [c for c in cells if c["refresh"] == "auto"]
             if auto:  # gold as the cost model picks (a file of pinned modes only has none)
-                xs = [f * 100 for f, _, _ in auto]
-                ax.plot(xs, [s for _, s, _ in auto], style, color="tab:blue", label=f"gold (auto), {scale}")
-                for x, (_, seconds, paths) in zip(xs, auto):  # the path the cost model took
-                    marker = "o" if paths == {"incremental"} else "s"
-                    ax.plot([x], [seconds], marker, color="tab:blue", markersize=6, markerfacecolor="white")
+                xs = [c["fraction"] * 100 for c in auto]
+                ax.plot(xs, [c["gold_s"] for c in auto], style, color="tab:blue", label=f"gold (auto), {scale}")
+                for x, c in zip(xs, auto):  # the path the cost model took
+                    marker = "o" if c["paths"] == ["incremental"] else "s"
+                    ax.plot([x], [c["gold_s"]], marker, color="tab:blue", markersize=6, markerfacecolor="white")
             for mode, color in (("incremental", "tab:purple"), ("recompute", "tab:green")):  # `bench gold --refresh`
-                pinned = _medians(r for r in every if r.get("refresh") == mode)
+                pinned = [c for c in cells if c["refresh"] == mode]
                 if pinned:
-                    ax.plot([f * 100 for f, _, _ in pinned], [s for _, s, _ in pinned], style, color=color,
+                    ax.plot([c["fraction"] * 100 for c in pinned], [c["gold_s"] for c in pinned], style, color=color,
                             marker=".", label=f"{mode} (pinned), {scale}")
         _style(ax, "changed share of the fact table, %", "seconds per batch",
                f"{workload}  (gold: o incremental, \u25a1 recompute)", ylog=True)
     return _save(fig, out, "cdc-enrich bench gold, order_items_enriched", machine)
-
-
-def _medians(runs: Any) -> list[tuple[float, float, set[str]]]:
-    """(fraction, median gold seconds, paths taken) per fraction, in fraction order: a cell
-    timed more than once (`bench gold --repeats`) is drawn at its median."""
-    by_fraction: dict[float, list[dict[str, Any]]] = {}
-    for run in runs:
-        by_fraction.setdefault(run["fraction"], []).append(run)
-    return [
-        (f, statistics.median(r["gold_s"] for r in rs), {r["path"] for r in rs}) for f, rs in sorted(by_fraction.items())
-    ]
 
 
 def plot_as_of(results: Sequence[dict[str, Any]], out: Path, machine: str | None = None) -> Path:
