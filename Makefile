@@ -21,11 +21,9 @@ demo: setup
 	@$(CLI) demo $(if $(POSTGRES),--with-postgres)
 
 # The whole default suite (every tier; the long randomized runs are `make test-slow`) on two
-# pytest workers, one per core: a third worker made every test 1.8x slower (the same suite on
-# this machine, 2026-12-03, one run after the other: 1,645 s of test time and 834 s wall with
-# two, 3,010 s and 1,046 s with three; README "The two commands"), with the slowest tests listed
-# so that CI shows where the time goes; a module marked `xdist_group` runs on one worker (its
-# module fixtures are built once).
+# pytest workers, one per core (a third made every run slower: README "Two workers, not three"),
+# with the slowest tests listed so that CI shows where the time goes; a module marked
+# `xdist_group` runs on one worker (its module fixtures are built once).
 test: setup
 	@$(PY) -m pytest -q -n 2 --dist loadgroup --durations=25 tests
 
