@@ -62,6 +62,7 @@ from lakehouse.gold.plan import (
 )
 from lakehouse.gold.recompute import full_recompute
 from lakehouse.errors import UnknownNameError
+from lakehouse.execution import session_settings, small_work_settings
 from lakehouse.checkpoints import query_id
 from lakehouse.metrics import recording_metrics
 from lakehouse.outcomes import Mailbox, Outcome, PostOffice
@@ -145,7 +146,8 @@ def change_stream(
 
 
 class _ViewMaintainer:
-    """foreachBatch body of one view's query: subscriptions, affected keys, recompute, MERGE.
+    """foreachBatch body of one view's query: subscriptions, affected keys, recompute, MERGE (a
+    few changes over small tables with the settings for a few rows, `lakehouse.execution`).
     Picklable (declarations, a path, a mailbox) for Spark Connect, where it runs in a worker."""
 
     def __init__(self, pipeline: Pipeline, plan: ViewPlan, checkpoint: Location, mailbox: Mailbox) -> None:
@@ -176,16 +178,19 @@ class _ViewMaintainer:
             return
         read_seconds = time.monotonic() - started
         kind = view_kind(self.plan)
-        stats = kind.process(
-            session,
-            self.pipeline,
-            self.plan,
-            decode_changes(kind.feeds(self.pipeline, self.plan), batch, list(counts)),
-            app_id=lambda target: self.app_id(session, target),
-            version=batch_id,
-            gold_may_be_empty=not self.run_a_batch,
-            change_rows=counts,
-        )
+        feeds = kind.feeds(self.pipeline, self.plan)
+        read = [feed.table for feed in feeds] + [gold_table(self.pipeline, self.plan.view.name)]
+        with session_settings(session, small_work_settings(session, sum(counts.values()), read)):
+            stats = kind.process(
+                session,
+                self.pipeline,
+                self.plan,
+                decode_changes(feeds, batch, list(counts)),
+                app_id=lambda target: self.app_id(session, target),
+                version=batch_id,
+                gold_may_be_empty=not self.run_a_batch,
+                change_rows=counts,
+            )
         self.run_a_batch = True
         changes = sum(counts.values())
         seconds = time.monotonic() - started

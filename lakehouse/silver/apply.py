@@ -16,6 +16,7 @@ from pyspark.sql.types import DecimalType, StringType, StructField, StructType, 
 
 from lakehouse.declaration import Pipeline, Source
 from lakehouse.deltasql import matched_delete, matched_update, merge, not_matched_insert, source_values
+from lakehouse.execution import session_settings, small_work_settings
 from lakehouse.frames import local_frame
 from lakehouse.silver.held import hold_changes
 from lakehouse.silver.layout import (
@@ -175,7 +176,8 @@ def apply_batch(
     replay a no-op anyway. Work is proportional to the keys in the batch (a truncate touches
     every key alive at it). Spark jobs: one aggregation over the batch, then the changes, the
     touched keys' stored history, the timeline and the plan are each materialized once (a small
-    batch collects its touched keys first, `apply_changes`), one count, then the writes.
+    batch collects its touched keys first, `apply_changes`), one count, then the writes. A few
+    changes into small tables run with the settings for a few rows (`lakehouse.execution`).
     """
     spark = batch_df.sparkSession
     state = state if state is not None else StreamState()
@@ -193,34 +195,39 @@ def apply_batch(
     if n_changes == 0 and not batch_truncates:
         return stats
 
-    if state.truncates is None:
-        state.truncates = read_truncates(spark, pipeline, source)
-    known_truncates = list(state.truncates)
-    stats.duplicates += len(set(batch_truncates) & set(known_truncates))
-    horizon = compacted_before(spark, pipeline, source)
-    clock.lap("watermarks")
-
-    moves = summary["moves_with_placeholders"] > 0
-    changes = dedupe_changes(changes_from_bronze(batch_df, source), source)
-    changes = (changes if moves else changes.drop("_old_key")).localCheckpoint(eager=True)
-    if ends:
-        deletes = _reconcile_snapshots(batch_df, pipeline, source, changes, ends)
-        stats.snapshot_deletes = deletes.count()
-        if stats.snapshot_deletes:
-            changes = changes.unionByName(deletes, allowMissingColumns=True).localCheckpoint(eager=True)
-    if source.quarantine_rules:  # after the snapshot's reconciliation: a held snapshot row still holds its key
-        changes, stats.held = hold_changes(pipeline, source, changes, f"{app_id}:held", batch_id)
-    if batch_truncates or moves or stats.snapshot_deletes:
-        bounds: dict[str, tuple[Any, Any]] = {}  # the keys read reach beyond the batch's own
-    else:
-        bounds = {k: (summary[f"lo_{k}"], summary[f"hi_{k}"]) for k in _bounded_keys(source)}
-    broadcast = not batch_truncates and n_changes + stats.snapshot_deletes <= BROADCAST_KEYS_LIMIT
-    listed = not batch_truncates and n_changes + stats.snapshot_deletes <= LISTED_KEYS_LIMIT
-    apply_changes(
-        changes, pipeline, source, app_id, batch_id, state, stats, clock,
-        batch_truncates=batch_truncates, known_truncates=known_truncates, horizon=horizon, moves=moves,
-        bounds=bounds, broadcast=broadcast, listed=listed,
+    # a snapshot's end reads the bronze table, which is never small
+    small = {} if ends else small_work_settings(
+        spark, stats.changes_read, [silver_current_table(pipeline, source), silver_history_table(pipeline, source)]
     )
+    with session_settings(spark, small):
+        if state.truncates is None:
+            state.truncates = read_truncates(spark, pipeline, source)
+        known_truncates = list(state.truncates)
+        stats.duplicates += len(set(batch_truncates) & set(known_truncates))
+        horizon = compacted_before(spark, pipeline, source)
+        clock.lap("watermarks")
+
+        moves = summary["moves_with_placeholders"] > 0
+        changes = dedupe_changes(changes_from_bronze(batch_df, source), source)
+        changes = (changes if moves else changes.drop("_old_key")).localCheckpoint(eager=True)
+        if ends:
+            deletes = _reconcile_snapshots(batch_df, pipeline, source, changes, ends)
+            stats.snapshot_deletes = deletes.count()
+            if stats.snapshot_deletes:
+                changes = changes.unionByName(deletes, allowMissingColumns=True).localCheckpoint(eager=True)
+        if source.quarantine_rules:  # after the snapshot's reconciliation: a held snapshot row still holds its key
+            changes, stats.held = hold_changes(pipeline, source, changes, f"{app_id}:held", batch_id)
+        if batch_truncates or moves or stats.snapshot_deletes:
+            bounds: dict[str, tuple[Any, Any]] = {}  # the keys read reach beyond the batch's own
+        else:
+            bounds = {k: (summary[f"lo_{k}"], summary[f"hi_{k}"]) for k in _bounded_keys(source)}
+        broadcast = not batch_truncates and n_changes + stats.snapshot_deletes <= BROADCAST_KEYS_LIMIT
+        listed = not batch_truncates and n_changes + stats.snapshot_deletes <= LISTED_KEYS_LIMIT
+        apply_changes(
+            changes, pipeline, source, app_id, batch_id, state, stats, clock,
+            batch_truncates=batch_truncates, known_truncates=known_truncates, horizon=horizon, moves=moves,
+            bounds=bounds, broadcast=broadcast, listed=listed,
+        )
     return stats
 
 

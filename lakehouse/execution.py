@@ -1,0 +1,72 @@
+"""How Spark runs a micro-batch: small work (a few changes against small tables) runs with the
+settings that suit a few rows, everything else with the session's own.
+
+A micro-batch over small tables spends its time planning and compiling, not reading: with the
+production settings a three-change silver batch into a five-row table ran 49 Spark jobs in 8.65 s
+(median of 11, alternated in one process, 2026-12-03), with `SMALL_WORK_SETTINGS` 27 jobs in
+5.69 s. The same settings cost twice the time where there are rows to read (a 100-change batch
+into 100k- and 1M-row tables: 16.9 s against 12.6 s, 21.1 s against 11.4 s), and broke even at
+20k rows, so they apply only below `SMALL_WORK_MAX_BYTES` of every table the batch reads and
+`SMALL_WORK_MAX_ROWS` changes. Results never depend on them (Spark's contract for each).
+"""
+
+from __future__ import annotations
+
+from contextlib import ExitStack, contextmanager
+from types import MappingProxyType
+from typing import Iterator, Mapping, Sequence
+
+from pyspark.sql import SparkSession
+
+from lakehouse.deltasql import session_setting, table_facts
+
+#: Spark's settings for a few rows: no adaptive re-planning (which submits every shuffle stage as
+#: a job of its own), expressions interpreted instead of compiled per new plan (whole stages, and
+#: projections: `codegen.factoryMode`, an internal setting that Spark's own suites run with;
+#: a session that refuses it runs compiled), one shuffle partition (one task a stage).
+SMALL_WORK_SETTINGS: Mapping[str, str] = MappingProxyType(
+    {
+        "spark.sql.adaptive.enabled": "false",
+        "spark.sql.codegen.wholeStage": "false",
+        "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+        "spark.sql.shuffle.partitions": "1",
+    }
+)
+#: At most this many change rows in the batch...
+SMALL_WORK_MAX_ROWS = 1_000
+#: ...and at most this many bytes of live files in each table it reads or writes (a twentieth of
+#: the 20k-row table where the settings broke even: about 1k-5k rows of a typical table).
+SMALL_WORK_MAX_BYTES = 1 << 20
+
+
+def is_small_work(change_rows: int, table_bytes: Sequence[int | None]) -> bool:
+    """Whether a batch of `change_rows` changes over tables of `table_bytes` (None: unknown) is
+    small work.
+
+    >>> is_small_work(3, [40_000, 90_000]), is_small_work(3, [40_000, 2 << 20]), is_small_work(5_000, [10])
+    (True, False, False)
+    >>> is_small_work(3, [None]), is_small_work(0, [])
+    (False, True)
+    """
+    return change_rows <= SMALL_WORK_MAX_ROWS and all(b is not None and b <= SMALL_WORK_MAX_BYTES for b in table_bytes)
+
+
+@contextmanager
+def session_settings(spark: SparkSession, settings: Mapping[str, str]) -> Iterator[None]:
+    """Each of `settings` in place for the statements inside, then as it was before (a refused
+    one is skipped: `deltasql.session_setting`). A foreachBatch's session is its stream's own,
+    so one stream's settings never reach another's batches."""
+    with ExitStack() as stack:
+        for key, value in settings.items():
+            stack.enter_context(session_setting(spark, key, value))
+        yield
+
+
+def small_work_settings(spark: SparkSession, change_rows: int, tables: Sequence[str]) -> Mapping[str, str]:
+    """`SMALL_WORK_SETTINGS` when a batch of `change_rows` changes that reads and writes the
+    Delta tables `tables` (all existing) is small work, else none. Reads the tables' sizes
+    (`deltasql.table_facts`: once a minute per table, which MERGEs read anyway)."""
+    if change_rows > SMALL_WORK_MAX_ROWS:
+        return {}
+    sizes = [table_facts(spark, name).size_bytes for name in tables]
+    return SMALL_WORK_SETTINGS if is_small_work(change_rows, sizes) else {}
