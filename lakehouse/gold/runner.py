@@ -177,10 +177,11 @@ class _ViewMaintainer:
         if not counts:
             return
         read_seconds = time.monotonic() - started
+        changes = sum(counts.values())
         kind = view_kind(self.plan)
         feeds = kind.feeds(self.pipeline, self.plan)
         read = [feed.table for feed in feeds] + [gold_table(self.pipeline, self.plan.view.name)]
-        with session_settings(session, small_work_settings(session, sum(counts.values()), read)):
+        with session_settings(session, small_work_settings(session, changes, read)):
             stats = kind.process(
                 session,
                 self.pipeline,
@@ -192,7 +193,6 @@ class _ViewMaintainer:
                 change_rows=counts,
             )
         self.run_a_batch = True
-        changes = sum(counts.values())
         seconds = time.monotonic() - started
         line = (
             f"gold {self.plan.view.name} batch {batch_id}: {changes} change(s), "
