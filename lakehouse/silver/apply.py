@@ -20,8 +20,12 @@ from lakehouse.execution import session_settings, small_work_settings
 from lakehouse.frames import local_frame
 from lakehouse.silver.held import hold_changes
 from lakehouse.silver.layout import (
-    compacted_before,
-    read_truncates,
+    TOAST_RECORDED_PROPERTY,
+    TRUNCATES_RECORDED_PROPERTY,
+    HistoryFacts,
+    history_facts,
+    record_fact,
+    recorded_truncates,
     toast_schema,
     toast_table,
     truncates_table,
@@ -165,6 +169,14 @@ class StreamState:
     truncates: list[Truncate] | None = None
     has_toast: bool | None = None
 
+    def learn(self, spark: SparkSession, pipeline: Pipeline, source: Source, facts: HistoryFacts) -> None:
+        """Fill in what is not known yet, from the history table's `facts` where they tell
+        (a fresh source: no truncate, no TOAST placeholder), else from the truncates table."""
+        if self.truncates is None:
+            self.truncates = recorded_truncates(spark, pipeline, source, facts)
+        if self.has_toast is None and facts.toast is False:
+            self.has_toast = False
+
 
 def apply_batch(
     batch_df: DataFrame, batch_id: int, pipeline: Pipeline, source: Source, app_id: str, state: StreamState | None = None
@@ -200,11 +212,11 @@ def apply_batch(
         spark, stats.changes_read, [silver_current_table(pipeline, source), silver_history_table(pipeline, source)]
     )
     with session_settings(spark, small):
-        if state.truncates is None:
-            state.truncates = read_truncates(spark, pipeline, source)
-        known_truncates = list(state.truncates)
+        facts = history_facts(spark, pipeline, source)
+        state.learn(spark, pipeline, source, facts)
+        known_truncates = list(state.truncates or [])
         stats.duplicates += len(set(batch_truncates) & set(known_truncates))
-        horizon = compacted_before(spark, pipeline, source)
+        horizon = facts.compacted_before
         clock.lap("watermarks")
 
         moves = summary["moves_with_placeholders"] > 0
@@ -329,9 +341,13 @@ def apply_changes(
 
     # Writes, each tagged with its own txn appId. The facts the plan derives from (truncates,
     # TOAST placeholders) go first, so a crash between writes replans the same result.
+    if new_truncates and not known_truncates:  # the source's first: said before it is written
+        record_fact(spark, pipeline, source, TRUNCATES_RECORDED_PROPERTY)
     _record_truncates(spark, pipeline, source, new_truncates, app_id, batch_id)
     state.truncates = all_truncates
     if c["toast"]:
+        if not state.has_toast:  # the source's first placeholders: said before they are written
+            record_fact(spark, pipeline, source, TOAST_RECORDED_PROPERTY)
         toast_rows = plan.filter(target == "toast").select(*[f.name for f in toast_schema(source).fields])
         _append(toast_rows, toast_table(pipeline, source), f"{app_id}:toast", batch_id)
         state.has_toast = True

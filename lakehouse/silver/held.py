@@ -115,7 +115,7 @@ def release_held(spark: SparkSession, pipeline: Pipeline, source: Source, app_id
     many. Idempotent: applying a change twice changes nothing, and a release interrupted
     between the two is finished by the next one."""
     from lakehouse.silver.apply import SilverStats, StreamState, _Clock, apply_changes
-    from lakehouse.silver.layout import compacted_before, read_truncates
+    from lakehouse.silver.layout import history_facts
 
     name = held_changes_table(pipeline, source)
     if not spark.catalog.tableExists(name):
@@ -132,10 +132,12 @@ def release_held(spark: SparkSession, pipeline: Pipeline, source: Source, app_id
     changes = free.select(*[c.name for c in source.columns], "_sequence", "_source_ts", "_op", "_deleted", "_unavailable", "_old_key")
     moves = free.where(F.col("_old_key").isNotNull()).limit(1).count() > 0
     stats = SilverStats()
-    truncates = read_truncates(spark, pipeline, source)
-    apply_changes(changes if moves else changes.drop("_old_key"), pipeline, source, app_id, version, StreamState(truncates=truncates), stats,
-                  _Clock(f"silver {source.name} release at held version {version}"), known_truncates=truncates,
-                  horizon=compacted_before(spark, pipeline, source), moves=moves)
+    facts = history_facts(spark, pipeline, source)
+    state = StreamState()
+    state.learn(spark, pipeline, source, facts)
+    apply_changes(changes if moves else changes.drop("_old_key"), pipeline, source, app_id, version, state, stats,
+                  _Clock(f"silver {source.name} release at held version {version}"), known_truncates=state.truncates or [],
+                  horizon=facts.compacted_before, moves=moves)
     on = " AND ".join(f"t.{quote(k)} <=> s.{quote(k)}" for k in keys) + " AND t._released_at IS NULL"
     with delta_txn(spark, f"{app_id}:released", version):
         merge(free.select(*keys).withColumn("_released_at", write_time()), name, on, [matched_update({"_released_at": "s._released_at"})])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Mapping
 
@@ -102,16 +103,18 @@ def ensure_silver_tables(spark: SparkSession, pipeline: Pipeline, source: Source
     dv = DELETION_VECTORS_WHEN_LARGE if deletion_vectors else {"delta.enableDeletionVectors": "false"}
     current_comment, current_columns = silver_comments(source, history=False)
     history_comment, history_columns = silver_comments(source, history=True)
+    toast_created = _create(spark, toast_table(pipeline, source), toast_schema(source), {})
+    truncates_created = _create(spark, truncates_table(pipeline), truncates_schema(), {})
+    _create(spark, late_changes_table(pipeline), late_changes_schema(), {})
+    history = silver_history_table(pipeline, source)
+    facts = {} if spark.catalog.tableExists(history) else _nothing_recorded(spark, pipeline, source, toast_created, truncates_created)
     for name, layout, props, comment, columns in (
         (silver_current_table(pipeline, source), silver_current_schema(source),
          {"delta.enableChangeDataFeed": "true", **dv}, current_comment, current_columns),
-        (silver_history_table(pipeline, source), silver_history_schema(source), dv, history_comment, history_columns),
+        (history, silver_history_schema(source), {**dv, **facts}, history_comment, history_columns),
     ):
         if not _create(spark, name, commented(layout, columns), props, comment):
             apply_comments(spark, name, comment, columns)  # an existing table: only what changed
-    _create(spark, toast_table(pipeline, source), toast_schema(source), {})
-    _create(spark, truncates_table(pipeline), truncates_schema(), {})
-    _create(spark, late_changes_table(pipeline), late_changes_schema(), {})
     columns = ", ".join(f"`{c}`" for c in source.column_names)
     spark.sql(
         f"CREATE OR REPLACE VIEW {live_view(pipeline, source)} AS "
@@ -151,12 +154,67 @@ def read_truncates(spark: SparkSession, pipeline: Pipeline, source: Source) -> l
     return sorted((r["sequence"], r["source_ts"]) for r in rows)
 
 
+# Facts a source's stream records on its history table (a table property) before it writes the
+# first row that makes them true, so that a stream starting later knows them without reading a
+# table: its first batch paid 1-5 s reading `silver._truncates` and probing the TOAST table
+# (2026-12-05, the suite's silver specs). "false" is set only when the history table is created
+# (`_nothing_recorded`).
+TRUNCATES_RECORDED_PROPERTY = "cdc_enrich.history.truncatesRecorded"
+TOAST_RECORDED_PROPERTY = "cdc_enrich.history.toastRecorded"
+
+
+def _nothing_recorded(
+    spark: SparkSession, pipeline: Pipeline, source: Source, toast_created: bool, truncates_created: bool
+) -> dict[str, str]:
+    """The facts a new history table starts with: "false" for the TOAST table and the truncates
+    table where it was created with it or holds no row of the source (a history table dropped
+    and made again, beside tables that kept their rows, starts with the facts unknown)."""
+    facts = {}
+    if toast_created or spark.table(toast_table(pipeline, source)).limit(1).count() == 0:
+        facts[TOAST_RECORDED_PROPERTY] = "false"
+    if truncates_created or not read_truncates(spark, pipeline, source):
+        facts[TRUNCATES_RECORDED_PROPERTY] = "false"
+    return facts
+
+
+@dataclass(frozen=True)
+class HistoryFacts:
+    """What the source's history table says of itself, from one `SHOW TBLPROPERTIES`.
+
+    `truncates` / `toast`: False when `silver._truncates` / the TOAST table holds no row of the
+    source; None when not known (a table made before these properties, or a row recorded:
+    read the table)."""
+
+    compacted_before: datetime | None = None  # the history compaction horizon (source time)
+    truncates: bool | None = None
+    toast: bool | None = None
+
+
+def history_facts(spark: SparkSession, pipeline: Pipeline, source: Source) -> HistoryFacts:
+    """The source's `HistoryFacts` (the snapshot it reads is the one the batch reads next)."""
+    props = {r["key"]: r["value"] for r in spark.sql(f"SHOW TBLPROPERTIES {silver_history_table(pipeline, source)}").collect()}
+    millis = props.get(COMPACTED_BEFORE_PROPERTY)
+    compacted = None
+    if millis is not None and str(millis).lstrip("-").isdigit():
+        compacted = datetime.fromtimestamp(int(millis) / 1000)  # naive local, as PySpark returns timestamps
+
+    def nothing_recorded(prop: str) -> bool | None:
+        return False if props.get(prop) == "false" else None
+
+    return HistoryFacts(compacted, nothing_recorded(TRUNCATES_RECORDED_PROPERTY), nothing_recorded(TOAST_RECORDED_PROPERTY))
+
+
+def recorded_truncates(spark: SparkSession, pipeline: Pipeline, source: Source, facts: HistoryFacts) -> list[Truncate]:
+    """The source's recorded truncates: none when its history table says so, else read."""
+    return [] if facts.truncates is False else read_truncates(spark, pipeline, source)
+
+
+def record_fact(spark: SparkSession, pipeline: Pipeline, source: Source, prop: str) -> None:
+    """Say on the history table that rows of `prop`'s kind may exist, before writing the first:
+    a crash between the two leaves a fact that costs one read, never one that hides a row."""
+    spark.sql(f"ALTER TABLE {silver_history_table(pipeline, source)} SET TBLPROPERTIES ('{prop}' = 'true')")
+
+
 def compacted_before(spark: SparkSession, pipeline: Pipeline, source: Source) -> datetime | None:
     """The history compaction horizon (source time), None when never compacted."""
-    rows = spark.sql(f"SHOW TBLPROPERTIES {silver_history_table(pipeline, source)} ('{COMPACTED_BEFORE_PROPERTY}')").collect()
-    value = rows[0]["value"] if rows else None
-    if value is None or not str(value).lstrip("-").isdigit():
-        return None
-    return datetime.fromtimestamp(int(value) / 1000)  # naive local, as PySpark returns timestamps
-
-
+    return history_facts(spark, pipeline, source).compacted_before

@@ -44,6 +44,7 @@ from lakehouse.silver import (
     silver_checkpoint,
     truncates_table,
 )
+from lakehouse.silver.layout import HistoryFacts, history_facts
 from lakehouse.tables import (
     bronze_schema,
     bronze_table,
@@ -427,6 +428,39 @@ def test_a_new_snapshot_deletes_the_keys_it_no_longer_holds_and_an_old_one_repla
     assert env.apply(4, first).snapshot_deletes == 0
     assert env.apply(5, *rest).snapshot_deletes == 2  # keys 3 and 7
     assert set(env.live()) == {1, 4}
+
+
+@pytest.mark.parametrize("made", ["with the facts", "before the facts"])
+def test_a_stream_started_later_learns_the_truncates_and_placeholders_recorded_before_it(make_env, made):
+    """What a stream keeps between batches (the source's truncates; whether TOAST placeholders were
+    recorded) a new stream learns from the history table's facts, reading the tables only when
+    they may hold something: a new source's history says neither was recorded, and a stream says
+    so before it writes the first of either. A table made before the facts reads both tables."""
+    env = make_env()
+    facts = lambda: history_facts(env.spark, env.pipeline, env.source)  # noqa: E731
+    if made == "before the facts":
+        env.spark.sql(f"ALTER TABLE {env.history_name} UNSET TBLPROPERTIES "
+                      "('cdc_enrich.history.truncatesRecorded', 'cdc_enrich.history.toastRecorded')")
+        assert facts() == HistoryFacts(None, truncates=None, toast=None)
+    else:
+        assert facts() == HistoryFacts(None, truncates=False, toast=False)
+    env.apply(0, ev("c", 1, product(1, "one", description="long text")),
+              ev("u", 3, product(1, "one v3", description=None), unavailable=("description",)),
+              ev("c", 4, product(2, "two")), ev("t", 10))
+    assert facts() == HistoryFacts(None, truncates=None, toast=None)  # recorded: a new stream reads them
+
+    env.state = StreamState()  # a stream started later, knowing nothing
+    env.apply(1, ev("u", 2, product(1, "one v2", description="edited text")), ev("u", 5, product(2, "two v5")))
+    # v3's placeholder is resolved again through the late v2 (read from the TOAST table) ...
+    assert [r["description"] for r in env.history(1)] == ["long text", "edited text", "edited text", None]
+    # ... and the late update of key 2 lands behind the truncate (read from the truncates table)
+    assert [v[0] for v in versions(env.history(2))] == [seq(4), seq(5), seq(10, "t")]
+    assert env.current() == {}  # both keys created and truncated within batch 0: never live in current
+
+    if made == "with the facts":  # history made again beside tables that kept the source's rows: not known
+        env.spark.sql(f"DROP TABLE {env.history_name}")
+        ensure_silver_tables(env.spark, env.pipeline, env.source)
+        assert facts() == HistoryFacts(None, truncates=None, toast=None)
 
 
 @pytest.mark.slow  # the default suite: the TOASTed key changes, test_compaction_keeps_a_resolved_toast_value_without_its_predecessor and the property test's placeholders
