@@ -49,7 +49,9 @@ Semantics downstream readers rely on:
   marker at the truncate's sequence (`_op='t'`), history gets a delete version per key alive
   at that point. Truncates are recorded in `silver._truncates`; a key's timeline always
   includes them, so a change older than a truncate arriving later goes to history (followed by
-  the truncate's delete version) and never resurrects the key in current.
+  the truncate's delete version) and never resurrects the key in current. Whether a source ever
+  recorded one (or a TOAST placeholder) its history table says (`layout.history_facts`), so a
+  stream starting anew reads those tables only when they may hold something.
 - **A new snapshot deletes what it no longer holds** (`snapshots`): a connector restarted
   without a streaming offset re-snapshots, and rows deleted while it was down have no delete
   event. When a batch holds a table's snapshot end record, every key alive just before the
