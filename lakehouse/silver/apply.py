@@ -164,7 +164,7 @@ def plan_batch(
 class StreamState:
     """What one stream knows between batches, being the only writer of these tables: the
     source's truncates and whether any TOAST placeholder was ever recorded. Saves two reads
-    per batch; `None` fields are read from the tables (a direct call, or the first batch)."""
+    per batch; `None` fields are learnt in the first batch (`learn`)."""
 
     truncates: list[Truncate] | None = None
     has_toast: bool | None = None
