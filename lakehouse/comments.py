@@ -82,7 +82,9 @@ def apply_comments(spark: SparkSession, table: str, comment: str, columns: dict[
     if (spark.catalog.getTable(table).description or "") != comment:
         spark.sql(f"COMMENT ON TABLE {table} IS {string_literal(comment)}")
         ran += 1
-    existing = {c.name: c.description or "" for c in spark.catalog.listColumns(table)}
+    # the comments a Delta table keeps in its schema's field metadata, read without the catalog's
+    # column listing (0.2 s a table, per stream start)
+    existing = {f.name: f.metadata.get("comment") or "" for f in spark.table(table).schema.fields}
     for column, text in columns.items():
         if column in existing and existing[column] != text:
             spark.sql(f"ALTER TABLE {table} ALTER COLUMN {quote(column)} COMMENT {string_literal(text)}")
