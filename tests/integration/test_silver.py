@@ -44,7 +44,7 @@ from lakehouse.silver import (
     silver_checkpoint,
     truncates_table,
 )
-from lakehouse.silver.layout import HistoryFacts, history_facts
+from lakehouse.silver.layout import TOAST_RECORDED_PROPERTY, TRUNCATES_RECORDED_PROPERTY, HistoryFacts, history_facts
 from lakehouse.tables import (
     bronze_schema,
     bronze_table,
@@ -440,7 +440,7 @@ def test_a_stream_started_later_learns_the_truncates_and_placeholders_recorded_b
     facts = lambda: history_facts(env.spark, env.pipeline, env.source)  # noqa: E731
     if made == "before the facts":
         env.spark.sql(f"ALTER TABLE {env.history_name} UNSET TBLPROPERTIES "
-                      "('cdc_enrich.history.truncatesRecorded', 'cdc_enrich.history.toastRecorded')")
+                      f"('{TRUNCATES_RECORDED_PROPERTY}', '{TOAST_RECORDED_PROPERTY}')")
         assert facts() == HistoryFacts(None, truncates=None, toast=None)
     else:
         assert facts() == HistoryFacts(None, truncates=False, toast=False)
