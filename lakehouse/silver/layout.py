@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Mapping
+from typing import Callable, Mapping
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -106,12 +106,12 @@ def ensure_silver_tables(spark: SparkSession, pipeline: Pipeline, source: Source
     toast_created = _create(spark, toast_table(pipeline, source), toast_schema(source), {})
     truncates_created = _create(spark, truncates_table(pipeline), truncates_schema(), {})
     _create(spark, late_changes_table(pipeline), late_changes_schema(), {})
-    history = silver_history_table(pipeline, source)
-    facts = {} if spark.catalog.tableExists(history) else _nothing_recorded(spark, pipeline, source, toast_created, truncates_created)
     for name, layout, props, comment, columns in (
         (silver_current_table(pipeline, source), silver_current_schema(source),
          {"delta.enableChangeDataFeed": "true", **dv}, current_comment, current_columns),
-        (history, silver_history_schema(source), {**dv, **facts}, history_comment, history_columns),
+        (silver_history_table(pipeline, source), silver_history_schema(source),
+         lambda: {**dv, **_nothing_recorded(spark, pipeline, source, toast_created, truncates_created)},
+         history_comment, history_columns),
     ):
         if not _create(spark, name, commented(layout, columns), props, comment):
             apply_comments(spark, name, comment, columns)  # an existing table: only what changed
@@ -122,11 +122,18 @@ def ensure_silver_tables(spark: SparkSession, pipeline: Pipeline, source: Source
     )
 
 
-def _create(spark: SparkSession, name: str, schema: StructType, properties: Mapping[str, str], comment: str | None = None) -> bool:
+def _create(
+    spark: SparkSession,
+    name: str,
+    schema: StructType,
+    properties: Mapping[str, str] | Callable[[], Mapping[str, str]],
+    comment: str | None = None,
+) -> bool:
     """Create the table (True), or add the columns a source gained since (a column added upstream;
-    bronze adds it too; False). Existing rows read null for it. A changed type is an error."""
+    bronze adds it too; False). Existing rows read null for it. A changed type is an error.
+    `properties` may be a function, called only when the table is created."""
     if not spark.catalog.tableExists(name):
-        create_table(spark, name, schema, properties=properties, comment=comment)
+        create_table(spark, name, schema, properties=properties() if callable(properties) else properties, comment=comment)
         return True
     existing = {f.name: f.dataType for f in spark.table(name).schema.fields}
     conflicts = [f"{f.name}: {existing[f.name].simpleString()} -> {f.dataType.simpleString()}"
@@ -198,10 +205,10 @@ def history_facts(spark: SparkSession, pipeline: Pipeline, source: Source) -> Hi
     if millis is not None and str(millis).lstrip("-").isdigit():
         compacted = datetime.fromtimestamp(int(millis) / 1000)  # naive local, as PySpark returns timestamps
 
-    def nothing_recorded(prop: str) -> bool | None:
+    def fact(prop: str) -> bool | None:
         return False if props.get(prop) == "false" else None
 
-    return HistoryFacts(compacted, nothing_recorded(TRUNCATES_RECORDED_PROPERTY), nothing_recorded(TOAST_RECORDED_PROPERTY))
+    return HistoryFacts(compacted, fact(TRUNCATES_RECORDED_PROPERTY), fact(TOAST_RECORDED_PROPERTY))
 
 
 def recorded_truncates(spark: SparkSession, pipeline: Pipeline, source: Source, facts: HistoryFacts) -> list[Truncate]:
