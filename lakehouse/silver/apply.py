@@ -187,9 +187,10 @@ def apply_batch(
     (`app_id`:table, `batch_id`) as Delta txn, and planning from the tables' state makes the
     replay a no-op anyway. Work is proportional to the keys in the batch (a truncate touches
     every key alive at it). Spark jobs: one aggregation over the batch, then the changes, the
-    touched keys' stored history, the timeline and the plan are each materialized once (a small
-    batch collects its touched keys first, `apply_changes`), one count, then the writes. A few
-    changes into small tables run with the settings for a few rows (`lakehouse.execution`).
+    touched keys' stored history and current rows, the timeline and the plan are each
+    materialized once (a small batch collects its touched keys first, `apply_changes`), one
+    count, then the writes. A few changes into small tables run with the settings for a few
+    rows (`lakehouse.execution`).
     """
     spark = batch_df.sparkSession
     state = state if state is not None else StreamState()
@@ -312,7 +313,9 @@ def apply_changes(
     else:
         unavailable = empty_string_array()
     existing = existing.withColumn("_unavailable", unavailable).localCheckpoint(eager=True)
-    existing_current = of_touched(spark.table(current_name))
+    # read once: the plan's current and classification parts both read it (a three-change batch,
+    # alternated in one stream: median 5.36 s against 5.71 s read twice, 2026-12-05)
+    existing_current = of_touched(spark.table(current_name)).localCheckpoint(eager=True)
     clock.lap("read")
     timeline = build_timeline(existing, changes, all_truncates, source).localCheckpoint(eager=True)
     clock.lap("timeline")
