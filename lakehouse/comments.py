@@ -83,7 +83,7 @@ def apply_comments(spark: SparkSession, table: str, comment: str, columns: dict[
         spark.sql(f"COMMENT ON TABLE {table} IS {string_literal(comment)}")
         ran += 1
     # the comments a Delta table keeps in its schema's field metadata, read without the catalog's
-    # column listing (0.2 s a table, per stream start)
+    # column listing (ensure_silver_tables for seven sources on existing tables: 4.18 s -> 2.66 s)
     existing = {f.name: f.metadata.get("comment") or "" for f in spark.table(table).schema.fields}
     for column, text in columns.items():
         if column in existing and existing[column] != text:
