@@ -41,7 +41,7 @@ class UpkeepStep:
     table: str
     step: str  # compact | optimize | vacuum
     seconds: float
-    detail: str  # e.g. "12 versions dropped", "8 files -> 1", "3 files deleted"
+    detail: str  # e.g. "12 versions dropped", "8 files -> 1", "3 files and directories deleted"
     error: str | None = None
 
 
@@ -103,7 +103,7 @@ def maintain(
 
     >>> print(maintain(spark, pipeline, ("optimize", "vacuum")).render())    # doctest: +SKIP
     optimize shop_gold.orders_enriched: nothing to compact (0.1s)
-    vacuum   shop_gold.orders_enriched: 0 files deleted, 168 hours kept (1.4s)
+    vacuum   shop_gold.orders_enriched: 0 files and directories deleted, 168 hours kept (1.4s)
     ...
     """
     unknown = [s for s in steps if s not in STEPS]
@@ -155,8 +155,9 @@ def _vacuum(spark: SparkSession, table: str, days: int) -> str:
     if any(current.get(k) != v for k, v in wanted.items()):
         spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ({', '.join(f'{k!r} = {v!r}' for k, v in wanted.items())})")
     hours = days * 24
-    # the dry run counts what goes (VACUUM itself does not say) and spares the real one when nothing does
+    # the dry run counts what goes (VACUUM itself does not say) and spares the real one when nothing
+    # does; it lists paths, directories too (a current table's `_change_data` in the upkeep spec)
     doomed = spark.sql(f"VACUUM {table} RETAIN {hours} HOURS DRY RUN").count()
     if doomed:
         spark.sql(f"VACUUM {table} RETAIN {hours} HOURS")
-    return f"{doomed} files deleted, {hours} hours kept"
+    return f"{doomed} files and directories deleted, {hours} hours kept"

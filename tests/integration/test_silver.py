@@ -796,7 +796,7 @@ def test_upkeep_compacts_history_optimizes_and_vacuums_keeping_time_travel(make_
     assert [r["title"] for r in env.history(1)] == ["v2", "v3"]
     assert by[("optimize", history)] == f"{files_before} files -> 1" and files_before > 1
     assert spark.sql(f"DESCRIBE DETAIL {history}").first()["numFiles"] == 1
-    assert by[("vacuum", history)] == "0 files deleted, 168 hours kept"  # nothing is older than 7 days yet
+    assert by[("vacuum", history)] == "0 files and directories deleted, 168 hours kept"  # nothing is older than 7 days yet
     properties = {r["key"]: r["value"] for r in spark.sql(f"SHOW TBLPROPERTIES {history}").collect()}
     assert properties["delta.deletedFileRetentionDuration"] == "interval 7 days"
     assert spark.sql(f"SELECT count(*) FROM {history} VERSION AS OF 1").first()[0] > 0  # time travel still reaches back
