@@ -82,7 +82,7 @@ Semantics downstream readers rely on:
 
 Tables besides the two of `lakehouse.tables`: `silver._truncates` (source, sequence, source
 time), `silver._toast_<source>` (key, sequence, placeholder columns; one row per version that
-had placeholders), `silver._late_changes` (`late_changes_schema`), the `<source>_live` view,
+had placeholders; made by the source's first placeholder), `silver._late_changes` (`late_changes_schema`), the `<source>_live` view,
 and a history table property holding the compaction horizon.
 
 Cost per batch: the stored history and current rows of the batch's keys are read (a broadcast

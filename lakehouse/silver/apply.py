@@ -23,9 +23,11 @@ from lakehouse.silver.layout import (
     TOAST_RECORDED_PROPERTY,
     TRUNCATES_RECORDED_PROPERTY,
     HistoryFacts,
+    ensure_toast_table,
     history_facts,
     record_fact,
     recorded_truncates,
+    toast_rows,
     toast_schema,
     toast_table,
     truncates_table,
@@ -305,7 +307,8 @@ def apply_changes(
 
     existing = of_touched(history)
     if state.has_toast is None:
-        state.has_toast = spark.table(toast_table(pipeline, source)).limit(1).count() > 0
+        recorded = toast_rows(spark, pipeline, source)
+        state.has_toast = recorded is not None and recorded.limit(1).count() > 0
     if state.has_toast:
         toast = of_touched(spark.table(toast_table(pipeline, source)))
         existing = existing.join(toast.select(*keys, "_sequence", "_unavailable"), [*keys, "_sequence"], "left")
@@ -351,8 +354,9 @@ def apply_changes(
     if c["toast"]:
         if not state.has_toast:  # the source's first placeholders: said before they are written
             record_fact(spark, pipeline, source, TOAST_RECORDED_PROPERTY)
-        toast_rows = plan.filter(target == "toast").select(*[f.name for f in toast_schema(source).fields])
-        _append(toast_rows, toast_table(pipeline, source), f"{app_id}:toast", batch_id)
+            ensure_toast_table(spark, pipeline, source)
+        placeholders = plan.filter(target == "toast").select(*[f.name for f in toast_schema(source).fields])
+        _append(placeholders, toast_table(pipeline, source), f"{app_id}:toast", batch_id)
         state.has_toast = True
     if stats.history_written or stats.history_removed:
         _write_planned(plan.filter(target == "history"), history_name, silver_history_schema(source), "_recorded_at",

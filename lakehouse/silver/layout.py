@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Callable, Mapping
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
@@ -22,6 +22,7 @@ from lakehouse.declaration import Pipeline, Source
 from lakehouse.deltasql import DELETION_VECTORS_WHEN_LARGE, create_table
 from lakehouse.errors import CdcEnrichError
 from lakehouse.silver.plan import COMPACTED_BEFORE_PROPERTY, Truncate
+from lakehouse.spark import table_exists
 from lakehouse.tables import (
     SEQUENCE_TYPE,
     key_struct,
@@ -91,8 +92,9 @@ def toast_schema(source: Source) -> StructType:
 
 
 def ensure_silver_tables(spark: SparkSession, pipeline: Pipeline, source: Source, deletion_vectors: bool = True) -> None:
-    """Create the silver schema, the source's current/history/TOAST tables, the shared
-    truncates and late-change tables and the `<source>_live` view (idempotent).
+    """Create the silver schema, the source's current/history tables, the shared truncates and
+    late-change tables and the `<source>_live` view (idempotent). The TOAST table is made by the
+    first batch that records a placeholder (`ensure_toast_table`): most sources never do.
 
     Current has Change Data Feed on (gold streams it). Deletion vectors by default once a table
     is large (`DELETION_VECTORS_WHEN_LARGE`): a MERGE then marks the changed rows instead of
@@ -103,14 +105,13 @@ def ensure_silver_tables(spark: SparkSession, pipeline: Pipeline, source: Source
     dv = DELETION_VECTORS_WHEN_LARGE if deletion_vectors else {"delta.enableDeletionVectors": "false"}
     current_comment, current_columns = silver_comments(source, history=False)
     history_comment, history_columns = silver_comments(source, history=True)
-    toast_created = _create(spark, toast_table(pipeline, source), toast_schema(source), {})
     truncates_created = _create(spark, truncates_table(pipeline), truncates_schema(), {})
     _create(spark, late_changes_table(pipeline), late_changes_schema(), {})
     for name, layout, props, comment, columns in (
         (silver_current_table(pipeline, source), silver_current_schema(source),
          {"delta.enableChangeDataFeed": "true", **dv}, current_comment, current_columns),
         (silver_history_table(pipeline, source), silver_history_schema(source),
-         lambda: {**dv, **_nothing_recorded(spark, pipeline, source, toast_created, truncates_created)},
+         lambda: {**dv, **_nothing_recorded(spark, pipeline, source, truncates_created)},
          history_comment, history_columns),
     ):
         if not _create(spark, name, commented(layout, columns), props, comment):
@@ -120,6 +121,17 @@ def ensure_silver_tables(spark: SparkSession, pipeline: Pipeline, source: Source
         f"CREATE OR REPLACE VIEW {live_view(pipeline, source)} AS "
         f"SELECT {columns} FROM {silver_current_table(pipeline, source)} WHERE NOT _deleted"
     )
+
+
+def ensure_toast_table(spark: SparkSession, pipeline: Pipeline, source: Source) -> None:
+    """Create the source's TOAST table if it does not exist yet (its stream is its only writer)."""
+    _create(spark, toast_table(pipeline, source), toast_schema(source), {})
+
+
+def toast_rows(spark: SparkSession, pipeline: Pipeline, source: Source) -> DataFrame | None:
+    """The source's TOAST table, or None where no placeholder was ever recorded (no table)."""
+    name = toast_table(pipeline, source)
+    return spark.table(name) if table_exists(spark, name) else None
 
 
 def _create(
@@ -170,14 +182,14 @@ TRUNCATES_RECORDED_PROPERTY = "cdc_enrich.history.truncatesRecorded"
 TOAST_RECORDED_PROPERTY = "cdc_enrich.history.toastRecorded"
 
 
-def _nothing_recorded(
-    spark: SparkSession, pipeline: Pipeline, source: Source, toast_created: bool, truncates_created: bool
-) -> dict[str, str]:
-    """The facts a new history table starts with: "false" for the TOAST table and the truncates
-    table where it was created with it or holds no row of the source (a history table dropped
-    and made again, beside tables that kept their rows, starts with the facts unknown)."""
+def _nothing_recorded(spark: SparkSession, pipeline: Pipeline, source: Source, truncates_created: bool) -> dict[str, str]:
+    """The facts a new history table starts with: "false" for the TOAST table where there is none
+    or it holds no row, and for the truncates table where it was created with it or holds no row
+    of the source (a history table dropped and made again, beside tables that kept their rows,
+    starts with the facts unknown)."""
     facts = {}
-    if toast_created or spark.table(toast_table(pipeline, source)).limit(1).count() == 0:
+    toast = toast_rows(spark, pipeline, source)
+    if toast is None or toast.limit(1).count() == 0:
         facts[TOAST_RECORDED_PROPERTY] = "false"
     if truncates_created or not read_truncates(spark, pipeline, source):
         facts[TRUNCATES_RECORDED_PROPERTY] = "false"

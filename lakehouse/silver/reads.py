@@ -12,7 +12,7 @@ from pyspark.sql.types import (
 
 from lakehouse.declaration import Pipeline, Source
 from lakehouse.deltasql import delete_matching
-from lakehouse.silver.layout import compacted_before, toast_table
+from lakehouse.silver.layout import compacted_before, toast_rows, toast_table
 from lakehouse.silver.plan import COMPACTED_BEFORE_PROPERTY, history_as_of
 from lakehouse.tables import (
     late_changes_table,
@@ -54,8 +54,9 @@ def compact_history(
     count = doomed.count()
     if count:
         delete_matching(doomed, name, keys)
-        orphans = spark.table(toast_table(pipeline, src)).join(spark.table(name).select(*keys), keys, "left_anti")
-        delete_matching(orphans, toast_table(pipeline, src), keys)
+        toast = toast_rows(spark, pipeline, src)
+        if toast is not None:  # the versions' placeholders go with them
+            delete_matching(toast.join(spark.table(name).select(*keys), keys, "left_anti"), toast_table(pipeline, src), keys)
     previous = compacted_before(spark, pipeline, src)
     horizon = max(cutoff, previous) if previous else cutoff
     millis = int(horizon.timestamp() * 1000)
