@@ -82,8 +82,9 @@ Semantics downstream readers rely on:
 
 Tables besides the two of `lakehouse.tables`: `silver._truncates` (source, sequence, source
 time), `silver._toast_<source>` (key, sequence, placeholder columns; one row per version that
-had placeholders; made by the source's first placeholder), `silver._late_changes` (`late_changes_schema`), the `<source>_live` view,
-and a history table property holding the compaction horizon.
+had placeholders; made by the source's first placeholder), `silver._late_changes`
+(`late_changes_schema`), the `<source>_live` view, and a history table property holding the
+compaction horizon.
 
 Cost per batch: the stored history and current rows of the batch's keys are read (a broadcast
 semi-join, plus min/max key predicates so Delta skips files when keys are clustered), and

@@ -129,7 +129,7 @@ def ensure_toast_table(spark: SparkSession, pipeline: Pipeline, source: Source) 
 
 
 def toast_rows(spark: SparkSession, pipeline: Pipeline, source: Source) -> DataFrame | None:
-    """The source's TOAST table, or None where no placeholder was ever recorded (no table)."""
+    """The source's TOAST table, or None before its first placeholder made it."""
     name = toast_table(pipeline, source)
     return spark.table(name) if table_exists(spark, name) else None
 

@@ -44,7 +44,13 @@ from lakehouse.silver import (
     silver_checkpoint,
     truncates_table,
 )
-from lakehouse.silver.layout import TOAST_RECORDED_PROPERTY, TRUNCATES_RECORDED_PROPERTY, HistoryFacts, history_facts
+from lakehouse.silver.layout import (
+    TOAST_RECORDED_PROPERTY,
+    TRUNCATES_RECORDED_PROPERTY,
+    HistoryFacts,
+    history_facts,
+    toast_table,
+)
 from lakehouse.tables import (
     bronze_schema,
     bronze_table,
@@ -668,9 +674,12 @@ def test_late_changes_are_applied_counted_and_recorded_and_compaction_keeps_curr
 
 def test_compaction_keeps_a_resolved_toast_value_without_its_predecessor(make_env):
     env = make_env()
+    toast = toast_table(env.pipeline, env.source)
+    assert not env.spark.catalog.tableExists(toast)  # made by the source's first placeholder
     day = 86400
     env.apply(0, ev("c", 1 * day, product(1, "v1", description="long")),
               ev("u", 2 * day, product(1, "v2", description=None), unavailable=("description",)))
+    assert [r["_unavailable"] for r in env.spark.table(toast).collect()] == [["description"]]
     compact_history(env.spark, env.pipeline, "products", retention_days=1, now=at(10 * day))
     assert [r["description"] for r in env.history(1)] == ["long"]
     env.apply(1, ev("u", 3 * day, product(1, "v3", description=None), unavailable=("description",)))
