@@ -27,7 +27,7 @@ from lakehouse.silver.layout import (
     history_facts,
     record_fact,
     recorded_truncates,
-    toast_rows,
+    toast_recorded,
     toast_schema,
     toast_table,
     truncates_table,
@@ -307,8 +307,7 @@ def apply_changes(
 
     existing = of_touched(history)
     if state.has_toast is None:
-        recorded = toast_rows(spark, pipeline, source)
-        state.has_toast = recorded is not None and recorded.limit(1).count() > 0
+        state.has_toast = toast_recorded(spark, pipeline, source)
     if state.has_toast:
         toast = of_touched(spark.table(toast_table(pipeline, source)))
         existing = existing.join(toast.select(*keys, "_sequence", "_unavailable"), [*keys, "_sequence"], "left")

@@ -134,6 +134,12 @@ def toast_rows(spark: SparkSession, pipeline: Pipeline, source: Source) -> DataF
     return spark.table(name) if table_exists(spark, name) else None
 
 
+def toast_recorded(spark: SparkSession, pipeline: Pipeline, source: Source) -> bool:
+    """Whether the source's TOAST table holds a row (read: one Spark job when the table exists)."""
+    rows = toast_rows(spark, pipeline, source)
+    return rows is not None and rows.limit(1).count() > 0
+
+
 def _create(
     spark: SparkSession,
     name: str,
@@ -188,8 +194,7 @@ def _nothing_recorded(spark: SparkSession, pipeline: Pipeline, source: Source, t
     of the source (a history table dropped and made again, beside tables that kept their rows,
     starts with the facts unknown)."""
     facts = {}
-    toast = toast_rows(spark, pipeline, source)
-    if toast is None or toast.limit(1).count() == 0:
+    if not toast_recorded(spark, pipeline, source):
         facts[TOAST_RECORDED_PROPERTY] = "false"
     if truncates_created or not read_truncates(spark, pipeline, source):
         facts[TRUNCATES_RECORDED_PROPERTY] = "false"
