@@ -314,11 +314,13 @@ def create_table(
     *,
     properties: Mapping[str, str] | None = None,
     cluster_by: Sequence[str] = (),
+    partitioned_by: Sequence[str] = (),
     comment: str | None = None,
 ) -> None:
     """`CREATE TABLE IF NOT EXISTS` a Delta table of `schema` (NOT NULL and column comments
-    kept), clustered by `cluster_by` (liquid clustering) when given."""
-    spark.sql(create_table_sql(name, schema, properties=properties, cluster_by=cluster_by, comment=comment))
+    kept), clustered by `cluster_by` (liquid clustering) or partitioned by `partitioned_by` when given."""
+    spark.sql(create_table_sql(name, schema, properties=properties, cluster_by=cluster_by, partitioned_by=partitioned_by,
+                               comment=comment))
 
 
 def create_table_sql(
@@ -327,10 +329,15 @@ def create_table_sql(
     *,
     properties: Mapping[str, str] | None = None,
     cluster_by: Sequence[str] = (),
+    partitioned_by: Sequence[str] = (),
     comment: str | None = None,
 ) -> str:
+    if cluster_by and partitioned_by:
+        raise ValueError(f"table {name}: a Delta table is clustered or partitioned, not both")
     columns = ",\n  ".join(column_ddl(f) for f in schema.fields)
     text = f"CREATE TABLE IF NOT EXISTS {name} (\n  {columns}\n) USING DELTA"
+    if partitioned_by:
+        text += f"\nPARTITIONED BY ({', '.join(quote(c) for c in partitioned_by)})"
     if cluster_by:
         text += f"\nCLUSTER BY ({', '.join(quote(c) for c in cluster_by)})"
     if comment:

@@ -147,6 +147,28 @@ def silver_history_schema(source: Source) -> StructType:
     )
 
 
+def silver_store_schema(source: Source) -> StructType:
+    """silver.<source>_store: a source's history and current rows in one Delta table, so that a
+    batch reads one table version and writes both kinds in one commit (one MERGE; two tables
+    cost a small batch 25-31 % more, README "The same layout measured on silver itself").
+
+    `_kind` (the partition column) says which a row is: `history` rows carry
+    `silver_history_schema`'s columns, `current` rows `silver_current_schema`'s; the other
+    kind's columns are null, so a column is NOT NULL only where both kinds say so (the views
+    show `_updated_at` and `_recorded_at` as nullable; neither is null in its own kind). Readers
+    use the views `silver_current_table` and `silver_history_table`; Delta's own reads (change
+    feed, time travel) go to the store with a `_kind` filter.
+    """
+    history, current = silver_history_schema(source), silver_current_schema(source)
+    required = {f.name for f in history.fields if not f.nullable} & {f.name for f in current.fields if not f.nullable}
+    fields, seen = [StructField("_kind", StringType(), False)], {"_kind"}
+    for f in [*history.fields, *current.fields]:
+        if f.name not in seen:
+            seen.add(f.name)
+            fields.append(StructField(f.name, f.dataType, f.name not in required, f.metadata))
+    return StructType(fields)
+
+
 def bronze_table(pipeline: Pipeline, source: Source) -> str:
     return pipeline.tables.qualified("bronze", source.name)
 
@@ -156,11 +178,23 @@ def quarantine_table(pipeline: Pipeline) -> str:
 
 
 def silver_current_table(pipeline: Pipeline, source: Source) -> str:
+    """silver.<source>: the view of the store's current rows (`silver_current_schema`)."""
     return pipeline.tables.qualified("silver", source.name)
 
 
 def silver_history_table(pipeline: Pipeline, source: Source) -> str:
+    """silver.<source>_history: the view of the store's versions (`silver_history_schema`)."""
     return pipeline.tables.qualified("silver", f"{source.name}_history")
+
+
+def silver_store_table(pipeline: Pipeline, source: Source) -> str:
+    """silver.<source>_store: the Delta table that holds both (`silver_store_schema`)."""
+    return pipeline.tables.qualified("silver", f"{source.name}_store")
+
+
+#: The store's `_kind` of a version row (history) and of a key's latest row (current).
+HISTORY_KIND = "history"
+CURRENT_KIND = "current"
 
 
 def held_changes_table(pipeline: Pipeline, source: Source) -> str:

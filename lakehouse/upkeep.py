@@ -29,7 +29,7 @@ from lakehouse.deltasql import is_commit_conflict
 from lakehouse.outcomes import outcomes_table, prune_outcomes
 from lakehouse.silver.reads import compact_history
 from lakehouse.streaming import first_line
-from lakehouse.tables import silver_history_table
+from lakehouse.tables import silver_store_table
 
 STEPS = ("compact", "optimize", "vacuum")
 
@@ -124,9 +124,9 @@ def maintain(
 
     if "compact" in steps:
         for source in pipeline.sources.values():
-            if source.is_event_stream or not spark.catalog.tableExists(silver_history_table(pipeline, source)):
+            if source.is_event_stream or not spark.catalog.tableExists(silver_store_table(pipeline, source)):
                 continue  # an events source keeps no history; a source silver has not reached yet has none
-            run(silver_history_table(pipeline, source), "compact",
+            run(silver_store_table(pipeline, source), "compact",
                 lambda s=source: f"{compact_history(spark, pipeline, s, now=now)} versions dropped, {pipeline.options.history_retention_days} days kept")
     if "compact" in steps and spark.catalog.tableExists(outcomes_table(pipeline)):  # made by Spark Connect runs
         days = pipeline.options.time_travel_days

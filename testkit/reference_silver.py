@@ -1,4 +1,5 @@
-"""A reference silver maintainer for tests: applies plain changes to silver current, no history."""
+"""A reference silver maintainer for tests: applies plain changes to silver current rows (in the
+source's store, `lakehouse.silver.store`), no history."""
 
 from __future__ import annotations
 
@@ -12,10 +13,10 @@ from pyspark.sql.types import BooleanType, StructField, StructType
 from lakehouse.declaration import Pipeline, Source
 from lakehouse.frames import local_frame
 from lakehouse.tables import (
+    CURRENT_KIND,
     SEQUENCE_TYPE,
     row_struct,
-    silver_current_schema,
-    silver_current_table,
+    silver_store_table,
 )
 
 # --------------------------------------------------------------------------- reference silver maintainer
@@ -55,18 +56,12 @@ def changes_frame(spark: SparkSession, source: Source, changes: Sequence[Change]
 
 
 def create_silver_current(spark: SparkSession, pipeline: Pipeline, source: Source) -> str:
-    """Create silver.<source> per the contract, with Change Data Feed on (if missing)."""
-    from delta.tables import DeltaTable
+    """Create the source's silver tables as silver does (if missing); the store's name."""
+    from lakehouse.silver.layout import ensure_silver_tables
 
-    name = silver_current_table(pipeline, source)
-    spark.sql(f"CREATE SCHEMA IF NOT EXISTS {name.rsplit('.', 1)[0]}")
-    (
-        DeltaTable.createIfNotExists(spark)
-        .tableName(name)
-        .addColumns(silver_current_schema(source))
-        .property("delta.enableChangeDataFeed", "true")
-        .execute()
-    )
+    name = silver_store_table(pipeline, source)
+    if not spark.catalog.tableExists(name):
+        ensure_silver_tables(spark, pipeline, source)
     return name
 
 
@@ -111,8 +106,8 @@ def apply_silver_changes(
     df = silver_rows(spark, source, changes)
     table = create_silver_current(spark, pipeline, source)
     pk = list(source.primary_key)
-    on = " AND ".join(f"t.`{c}` = s.`{c}`" for c in pk)
-    values = {c: f"s.`{c}`" for c in df.columns}
+    on = " AND ".join([f"t._kind = '{CURRENT_KIND}'"] + [f"t.`{c}` = s.`{c}`" for c in pk])
+    values = {c: f"s.`{c}`" for c in df.columns} | {"_kind": f"'{CURRENT_KIND}'"}
     merge = DeltaTable.forName(spark, table).alias("t").merge(df.alias("s"), on)
     if physical_delete:
         merge = merge.whenMatchedDelete(condition="s._deleted AND s._sequence > t._sequence")

@@ -42,13 +42,15 @@ from lakehouse.frames import local_frame
 from lakehouse.gold import expression_join
 from lakehouse.gold.delta import append_tagged, ensure_gold_table, insert_new_rows, merge_into_gold, num_files, table_rows
 from lakehouse.gold.clock import PhaseClock
-from lakehouse.gold.feeds import FROM_FEED_START, Feed, feed_fields
+from lakehouse.gold.feeds import Feed, feed_fields, silver_feed
 from lakehouse.gold.frames import alias_frame, gold_merge_source, union_all, view_rows
 from lakehouse.gold.layout import KeyRange, clustered, count_and_ranges, range_predicate
 from lakehouse.gold.plan import BROADCAST_ROW_LIMIT, KEY_COLLECT_LIMIT, LITERAL_KEY_LIMIT, AliasPlan, ViewPlan
 from lakehouse.spark import write_time
 from lakehouse.sqltext import quote, time_column
 from lakehouse.tables import (
+    CURRENT_KIND,
+    HISTORY_KIND,
     delta_txn,
     gold_table,
     late_changes_table,
@@ -83,26 +85,16 @@ def index_schema(plan: ViewPlan) -> StructType:
 
 
 def prepare_as_of(spark: SparkSession, pipeline: Pipeline, plan: ViewPlan) -> None:
-    """The index and gold tables when missing, and a change feed on each joined source's history
-    (turned on here when the table was made without one: the view's stream reads it from then on)."""
+    """The index and gold tables when missing (the joined sources' history rows are read from
+    their stores' change feeds, which are always on)."""
     create_table(spark, index_table(pipeline, plan.view), index_schema(plan),
                  properties=DELETION_VECTORS_WHEN_LARGE, cluster_by=(ALIAS, KEY))
-    for source in joined_sources(plan):
-        name = silver_history_table(pipeline, source)
-        if spark.catalog.tableExists(name) and not _has_change_feed(spark, name):
-            spark.sql(f"ALTER TABLE {name} SET TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true')")
     ensure_gold_table(spark, pipeline, plan)
 
 
 def prepared_tables(pipeline: Pipeline, plan: ViewPlan) -> list[str]:
-    """What `prepare_as_of` creates or alters: the index, gold, and the joined sources' history."""
-    return [index_table(pipeline, plan.view), gold_table(pipeline, plan.view.name),
-            *[silver_history_table(pipeline, s) for s in joined_sources(plan)]]
-
-
-def _has_change_feed(spark: SparkSession, table: str) -> bool:
-    rows = spark.sql(f"SHOW TBLPROPERTIES {table} ('delta.enableChangeDataFeed')").collect()
-    return bool(rows) and str(rows[0]["value"]).lower() == "true"
+    """What `prepare_as_of` creates: the index and gold."""
+    return [index_table(pipeline, plan.view), gold_table(pipeline, plan.view.name)]
 
 
 def joined_sources(plan: ViewPlan) -> list[Source]:
@@ -115,18 +107,14 @@ def joined_sources(plan: ViewPlan) -> list[Source]:
 
 
 def as_of_feeds(pipeline: Pipeline, plan: ViewPlan) -> list[Feed]:
-    """The events' current table and each joined source's history, from the version that turned
-    its change feed on (`prepare_as_of` turns it on for history; the first batch builds gold
-    from the whole history anyway)."""
+    """The change feeds of the events' current rows and of each joined source's history rows."""
     base = plan.base.source
-    feeds = [Feed(base.name, silver_current_table(pipeline, base),
-                  feed_fields(silver_current_schema(base), (*base.primary_key, "_sequence", "_deleted")))]
+    feeds = [silver_feed(pipeline, base, CURRENT_KIND, feed_fields(silver_current_schema(base), (*base.primary_key, "_sequence", "_deleted")))]
     for source in joined_sources(plan):
         if source.name == base.name:
             continue
-        feeds.append(Feed(source.name, silver_history_table(pipeline, source),
-                          feed_fields(silver_history_schema(source), (*source.primary_key, *HISTORY_FEED_COLUMNS)),
-                          starting_version=FROM_FEED_START))
+        feeds.append(silver_feed(pipeline, source, HISTORY_KIND,
+                                 feed_fields(silver_history_schema(source), (*source.primary_key, *HISTORY_FEED_COLUMNS))))
     return feeds
 
 

@@ -9,34 +9,27 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
+from lakehouse.declaration import Pipeline, Source
+from lakehouse.tables import silver_store_table
+
 
 @dataclass(frozen=True)
 class Feed:
     """One silver table's change feed in a view's stream: whose it is, the table, the columns
-    read (typed) and where a new query starts reading it (Delta's `startingVersion`)."""
+    read (typed), where a new query starts reading it (Delta's `startingVersion`) and, for a
+    source's store, the kind of row it follows (`_kind`; None: every row of the table)."""
 
     source: str
     table: str
     fields: tuple[StructField, ...]
-    starting_version: str = "0"  # or FROM_FEED_START
+    starting_version: str = "0"
+    kind: str | None = None
 
 
-#: A feed's start when its table may have had no change feed at first (turned on later, e.g. an
-#: as-of view's history tables): the version of the commit that turned it on.
-FROM_FEED_START = "feed_start"
-
-
-def feed_start(spark: SparkSession, table: str) -> int:
-    """The version at which `table`'s change feed was last turned on (0 when it always was).
-
-    Delta refuses a change-feed read that begins before that version; starting at `latest`
-    instead skips a table's changes for good when a query's first drain reads nothing (its
-    offset is not recorded, so every later start is at a newer `latest`)."""
-    rows = spark.sql(f"DESCRIBE HISTORY {table}").select("version", "operationParameters").collect()
-    for row in sorted(rows, key=lambda r: -r["version"]):
-        if "delta.enableChangeDataFeed" in str((row["operationParameters"] or {}).get("properties", "")):
-            return int(row["version"])
-    return 0
+def silver_feed(pipeline: Pipeline, source: Source, kind: str, fields: tuple[StructField, ...]) -> Feed:
+    """The change feed of a source's silver rows of `kind` (`current` or `history`): its store's
+    feed, filtered to that kind (Delta pushes the partition filter into the feed's scan)."""
+    return Feed(source.name, silver_store_table(pipeline, source), fields, kind=kind)
 
 
 def feed_fields(schema: StructType, columns: Sequence[str]) -> tuple[StructField, ...]:
@@ -55,11 +48,12 @@ def change_stream(spark: SparkSession, feeds: Sequence[Feed], max_files_per_trig
     structs = [StructType(list(feed.fields)) for feed in feeds]
     union: DataFrame | None = None
     for i, feed in enumerate(feeds):
-        start = str(feed_start(spark, feed.table)) if feed.starting_version == FROM_FEED_START else feed.starting_version
-        reader = spark.readStream.format("delta").option("readChangeFeed", "true").option("startingVersion", start)
+        reader = spark.readStream.format("delta").option("readChangeFeed", "true").option("startingVersion", feed.starting_version)
         if max_files_per_trigger:
             reader = reader.option("maxFilesPerTrigger", max_files_per_trigger)
         stream = reader.table(feed.table)
+        if feed.kind is not None:
+            stream = stream.where(F.col("_kind") == feed.kind)
         cols = [
             F.lit(feed.source).alias("_source"),
             F.col("_change_type"),

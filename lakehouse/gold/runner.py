@@ -15,7 +15,7 @@ from lakehouse.deltasql import deletion_vectors_if_grown
 from lakehouse.gold import as_of, expression_join, windowed
 from lakehouse.gold.applied import APPLIED, collected_moves
 from lakehouse.gold.clock import PhaseClock
-from lakehouse.gold.feeds import Feed, feed_fields
+from lakehouse.gold.feeds import Feed, feed_fields, silver_feed
 from lakehouse.gold.feeds import change_stream as feeds_change_stream
 from lakehouse.gold.feeds import decode_changes
 from lakehouse.gold.analyst import analyst_view, ensure_analyst_view
@@ -70,6 +70,7 @@ from lakehouse.paths import Location, checkpoint_dir
 from lakehouse.streaming import AVAILABLE_NOW, Stream, StreamSpec, check_trigger, run_streams
 from lakehouse.spark import application_id, tables_exist
 from lakehouse.tables import (
+    CURRENT_KIND,
     gold_table,
     silver_current_schema,
     silver_current_table,
@@ -133,7 +134,7 @@ def _change_columns(plan: ViewPlan, source: Source) -> tuple[str, ...]:
 def current_feeds(pipeline: Pipeline, plan: ViewPlan) -> list[Feed]:
     """A current-state view reads the change feed of every silver current table it joins."""
     return [
-        Feed(s.name, silver_current_table(pipeline, s), feed_fields(silver_current_schema(s), _change_columns(plan, s)))
+        silver_feed(pipeline, s, CURRENT_KIND, feed_fields(silver_current_schema(s), _change_columns(plan, s)))
         for s in plan.sources
     ]
 

@@ -42,19 +42,19 @@ from lakehouse.declaration import Pipeline, Source
 from lakehouse.deltasql import DELETION_VECTORS_WHEN_LARGE, create_table, matched_delete, matched_update, merge, not_matched_insert, source_values
 from lakehouse.frames import local_frame
 from lakehouse.gold.clock import PhaseClock
-from lakehouse.gold.feeds import Feed, feed_fields
+from lakehouse.gold.feeds import Feed, feed_fields, silver_feed
 from lakehouse.gold.frames import content_hash, latest_changes, union_all
 from lakehouse.gold.plan import FRESHNESS_COLUMNS, LITERAL_KEY_LIMIT, ROW_HASH, SOURCE_TS, UPDATED_AT, AliasPlan, ViewPlan
 from lakehouse.silver.layout import late_changes_schema
 from lakehouse.spark import write_time
 from lakehouse.sqltext import COMMIT_TIME, quote, string_literal, window_times
 from lakehouse.tables import (
+    CURRENT_KIND,
     SEQUENCE_TYPE,
     delta_txn,
     gold_table,
     late_changes_table,
     silver_current_schema,
-    silver_current_table,
     spark_type,
 )
 
@@ -173,8 +173,8 @@ def prepared_tables(pipeline: Pipeline, plan: ViewPlan) -> list[str]:
 def windowed_feeds(pipeline: Pipeline, plan: ViewPlan) -> list[Feed]:
     """Both events sources' silver current change feeds (an event inserted, updated, deleted)."""
     return [
-        Feed(side.source.name, silver_current_table(pipeline, side.source),
-             feed_fields(silver_current_schema(side.source), tuple(dict.fromkeys((*side.columns, "_sequence", "_deleted", SOURCE_TS)))))
+        silver_feed(pipeline, side.source, CURRENT_KIND,
+                    feed_fields(silver_current_schema(side.source), tuple(dict.fromkeys((*side.columns, "_sequence", "_deleted", SOURCE_TS)))))
         for side in sides(plan)
     ]
 

@@ -15,7 +15,6 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import DecimalType, StringType, StructField, StructType, TimestampType
 
 from lakehouse.declaration import Pipeline, Source
-from lakehouse.deltasql import matched_delete, matched_update, merge, not_matched_insert, source_values
 from lakehouse.execution import session_settings, small_work_settings
 from lakehouse.frames import local_frame
 from lakehouse.silver.held import hold_changes
@@ -45,7 +44,6 @@ from lakehouse.silver.plan import (
     classify_changes,
     dedupe_changes,
     key_bounds_condition,
-    key_bounds_sql,
     keys_in,
     late_records,
     plan_current,
@@ -60,17 +58,17 @@ from lakehouse.silver.snapshots import (
     snapshot_keys,
     versions,
 )
+from lakehouse.silver.store import kind_rows, merge_store, store_frame
 from lakehouse.spark import table_exists, write_time
-from lakehouse.sqltext import quote
 from lakehouse.tables import (
+    CURRENT_KIND,
+    HISTORY_KIND,
     SEQUENCE_TYPE,
     bronze_table,
     delta_txn,
     late_changes_table,
-    silver_current_schema,
     silver_current_table,
-    silver_history_schema,
-    silver_history_table,
+    silver_store_table,
 )
 
 log = logging.getLogger('lakehouse.silver')
@@ -211,9 +209,7 @@ def apply_batch(
         return stats
 
     # a snapshot's end reads the bronze table, which is never small
-    small = {} if ends else small_work_settings(
-        spark, stats.changes_read, [silver_current_table(pipeline, source), silver_history_table(pipeline, source)]
-    )
+    small = {} if ends else small_work_settings(spark, stats.changes_read, [silver_store_table(pipeline, source)])
     with session_settings(spark, small):
         facts = history_facts(spark, pipeline, source)
         state.learn(spark, pipeline, source, facts)
@@ -275,11 +271,11 @@ def apply_changes(
     spark = changes.sparkSession
     keys = _keys(source)
     bounds = bounds or {}
-    current_name = silver_current_table(pipeline, source)
-    history_name = silver_history_table(pipeline, source)
+    store_name = silver_store_table(pipeline, source)
     all_truncates = sorted(set(known_truncates) | set(batch_truncates))
     new_truncates = [t for t in batch_truncates if t not in set(known_truncates)]
-    history = spark.table(history_name)
+    store = spark.table(store_name)
+    history = kind_rows(store, source, HISTORY_KIND)
     touched = changes.select(*keys)
     if moves:
         # A primary-key change with placeholders reads its old key's history too (for the
@@ -305,7 +301,9 @@ def apply_changes(
         """The table's rows of the touched keys (within the batch's key bounds)."""
         return table.filter(in_range) if listed else table.filter(in_range).join(touched, keys, "left_semi")
 
-    existing = of_touched(history)
+    # both kinds of row of the touched keys in one scan of the store: the plan's reads
+    stored = of_touched(store).localCheckpoint(eager=True)
+    existing = kind_rows(stored, source, HISTORY_KIND)
     if state.has_toast is None:
         state.has_toast = toast_recorded(spark, pipeline, source)
     if state.has_toast:
@@ -314,10 +312,10 @@ def apply_changes(
         unavailable = F.coalesce(F.col("_unavailable"), empty_string_array())
     else:
         unavailable = empty_string_array()
-    existing = existing.withColumn("_unavailable", unavailable).localCheckpoint(eager=True)
-    # read once: the plan's current and classification parts both read it (a three-change batch,
-    # alternated in one stream: median 5.36 s against 5.71 s read twice, 2026-12-05)
-    existing_current = of_touched(spark.table(current_name)).localCheckpoint(eager=True)
+    existing = existing.withColumn("_unavailable", unavailable)
+    if state.has_toast:  # the TOAST table's rows joined in: computed once
+        existing = existing.localCheckpoint(eager=True)
+    existing_current = kind_rows(stored, source, CURRENT_KIND)
     clock.lap("read")
     timeline = build_timeline(existing, changes, all_truncates, source).localCheckpoint(eager=True)
     clock.lap("timeline")
@@ -357,16 +355,10 @@ def apply_changes(
         placeholders = plan.filter(target == "toast").select(*[f.name for f in toast_schema(source).fields])
         _append(placeholders, toast_table(pipeline, source), f"{app_id}:toast", batch_id)
         state.has_toast = True
-    if stats.history_written or stats.history_removed:
-        _write_planned(plan.filter(target == "history"), history_name, silver_history_schema(source), "_recorded_at",
-                       f"{app_id}:history", batch_id, c["history_rewrites"] == 0,
-                       lambda rows: _merge_history(spark, history_name, rows, source, bounds))
-        clock.lap("write history")
-    if stats.current_upserted:
-        _write_planned(plan.filter(target == "current"), current_name, silver_current_schema(source), "_updated_at",
-                       f"{app_id}:current", batch_id, c["current_rewrites"] == 0,
-                       lambda rows: _merge_current(spark, current_name, rows, source, bounds))
-        clock.lap("write current")
+    if stats.history_written or stats.history_removed or stats.current_upserted:
+        _write_planned(plan.filter(target.isin(HISTORY_KIND, CURRENT_KIND)), store_name, source, f"{app_id}:store", batch_id,
+                       c["history_rewrites"] == 0 and c["current_rewrites"] == 0, bounds)
+        clock.lap("write")
     if stats.late:
         _append(late_records(plan.filter(target == "change"), source), late_changes_table(pipeline), f"{app_id}:late", batch_id)
     clock.done()
@@ -430,41 +422,20 @@ def _record_truncates(
 
 
 def _write_planned(
-    rows: DataFrame, table: str, schema: StructType, stamp: str, app_id: str, version: int,
-    all_inserts: bool, merge_rows: Callable[[DataFrame], None],
+    rows: DataFrame, store: str, source: Source, app_id: str, version: int, all_inserts: bool,
+    bounds: dict[str, tuple[Any, Any]],
 ) -> None:
-    """Write a table's planned rows under the txn tag (`app_id`, `version`): appended, in the
-    table's columns and stamped now, when they are `all_inserts`; else by `merge_rows`.
+    """Write a batch's planned history and current rows into the source's `store` in one commit
+    under the txn tag (`app_id`, `version`): appended, stamped now, when they are `all_inserts`;
+    else one MERGE (`lakehouse.silver.store.merge_store`).
 
     The plan calls a row an insert only when its key (history: key and sequence) is in none of
-    the stored rows it read, and the stream is the tables' only writer, so an append writes what
+    the stored rows it read, and the stream is the store's only writer, so an append writes what
     the MERGE would, with the same `insert` rows in the change feed, without joining the batch
     against the table; a replay skips it by the same tag.
     """
     if all_inserts:
-        _append(rows.withColumn(stamp, write_time()).select(*[f.name for f in schema.fields]), table, app_id, version)
+        _append(store_frame(rows, source), store, app_id, version)
         return
     with delta_txn(rows.sparkSession, app_id, version):
-        merge_rows(rows)
-
-
-def _merge_history(spark: SparkSession, name: str, plan: DataFrame, source: Source, bounds: dict[str, tuple[Any, Any]]) -> None:
-    on = " AND ".join([key_bounds_sql("t", bounds)] + [f"t.{quote(k)} = s.{quote(k)}" for k in [*source.primary_key, "_sequence"]])
-    values = source_values([f.name for f in silver_history_schema(source).fields])
-    merge(
-        plan.withColumn("_recorded_at", write_time()), name, on,
-        [matched_delete("s._action = 'delete'"), matched_update(values, "s._action != 'delete'"),
-         not_matched_insert(values, "s._action != 'delete'")],
-    )
-
-
-def _merge_current(spark: SparkSession, name: str, plan: DataFrame, source: Source, bounds: dict[str, tuple[Any, Any]]) -> None:
-    on = " AND ".join([key_bounds_sql("t", bounds)] + [f"t.{quote(k)} = s.{quote(k)}" for k in source.primary_key])
-    values = source_values([f.name for f in silver_current_schema(source).fields])
-    replaces = replaces_current("s._sequence", "s._row_hash", "s._deleted", "t._sequence", "t._row_hash", "t._deleted")
-    merge(
-        plan.withColumn("_updated_at", write_time()), name, on,
-        [matched_update(values, replaces), not_matched_insert(values, "NOT s._deleted")],
-    )
-
-
+        merge_store(store, rows, source, bounds)

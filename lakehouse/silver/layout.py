@@ -23,14 +23,17 @@ from lakehouse.deltasql import DELETION_VECTORS_WHEN_LARGE, create_table
 from lakehouse.errors import CdcEnrichError
 from lakehouse.silver.plan import COMPACTED_BEFORE_PROPERTY, Truncate
 from lakehouse.spark import table_exists
+from lakehouse.silver.store import KIND, kind_view_sql
 from lakehouse.tables import (
+    CURRENT_KIND,
+    HISTORY_KIND,
     SEQUENCE_TYPE,
     key_struct,
     late_changes_table,
-    silver_current_schema,
     silver_current_table,
-    silver_history_schema,
     silver_history_table,
+    silver_store_schema,
+    silver_store_table,
 )
 
 # --------------------------------------------------------------------------- names and layouts
@@ -92,35 +95,50 @@ def toast_schema(source: Source) -> StructType:
 
 
 def ensure_silver_tables(spark: SparkSession, pipeline: Pipeline, source: Source, deletion_vectors: bool = True) -> None:
-    """Create the silver schema, the source's current/history tables, the shared truncates and
-    late-change tables and the `<source>_live` view (idempotent). The TOAST table is made by the
-    first batch that records a placeholder (`ensure_toast_table`): most sources never do.
+    """Create the silver schema, the source's store (`lakehouse.silver.store`) with its current,
+    history and `<source>_live` views, and the shared truncates and late-change tables
+    (idempotent; a column the source gained is added, and the views show it). The TOAST table is
+    made by the first batch that records a placeholder (`ensure_toast_table`): most sources never do.
 
-    Current has Change Data Feed on (gold streams it). Deletion vectors by default once a table
-    is large (`DELETION_VECTORS_WHEN_LARGE`): a MERGE then marks the changed rows instead of
-    rewriting whole files (see bench_silver); `deletion_vectors=False` never turns them on.
+    The store has Change Data Feed on (gold streams its current rows; an as-of view its history
+    rows) and is partitioned by `_kind`, so a read of one kind skips the other's files. Deletion
+    vectors by default once it is large (`DELETION_VECTORS_WHEN_LARGE`): a MERGE then marks the
+    changed rows instead of rewriting whole files (see bench_silver); `deletion_vectors=False`
+    never turns them on.
     """
     schema = ".".join(p for p in (pipeline.tables.catalog, pipeline.tables.silver_schema) if p)
     spark.sql(f"CREATE SCHEMA IF NOT EXISTS {schema}")
     dv = DELETION_VECTORS_WHEN_LARGE if deletion_vectors else {"delta.enableDeletionVectors": "false"}
+    current, history, store = (silver_current_table(pipeline, source), silver_history_table(pipeline, source),
+                               silver_store_table(pipeline, source))
+    _refuse_two_tables(spark, current, history, store)
     current_comment, current_columns = silver_comments(source, history=False)
     history_comment, history_columns = silver_comments(source, history=True)
+    store_comment = (f"Silver store of source {source.name!r}: its history and current rows in one Delta table "
+                     f"({KIND} says which); query the views {current} and {history}.")
+    store_columns = {**history_columns, **current_columns, KIND: "history: a version of a row; current: a key's latest row"}
     truncates_created = _create(spark, truncates_table(pipeline), truncates_schema(), {})
     _create(spark, late_changes_table(pipeline), late_changes_schema(), {})
-    for name, layout, props, comment, columns in (
-        (silver_current_table(pipeline, source), silver_current_schema(source),
-         {"delta.enableChangeDataFeed": "true", **dv}, current_comment, current_columns),
-        (silver_history_table(pipeline, source), silver_history_schema(source),
-         lambda: {**dv, **_nothing_recorded(spark, pipeline, source, truncates_created)},
-         history_comment, history_columns),
-    ):
-        if not _create(spark, name, commented(layout, columns), props, comment):
-            apply_comments(spark, name, comment, columns)  # an existing table: only what changed
+    if not _create(spark, store, commented(silver_store_schema(source), store_columns),
+                   lambda: {"delta.enableChangeDataFeed": "true", **dv, **_nothing_recorded(spark, pipeline, source, truncates_created)},
+                   store_comment, partitioned_by=(KIND,)):
+        apply_comments(spark, store, store_comment, store_columns)  # an existing table: only what changed
+    spark.sql(kind_view_sql(current, store, source, CURRENT_KIND, current_comment, current_columns))
+    spark.sql(kind_view_sql(history, store, source, HISTORY_KIND, history_comment, history_columns))
     columns = ", ".join(f"`{c}`" for c in source.column_names)
-    spark.sql(
-        f"CREATE OR REPLACE VIEW {live_view(pipeline, source)} AS "
-        f"SELECT {columns} FROM {silver_current_table(pipeline, source)} WHERE NOT _deleted"
-    )
+    spark.sql(f"CREATE OR REPLACE VIEW {live_view(pipeline, source)} AS SELECT {columns} FROM {current} WHERE NOT _deleted")
+
+
+def _refuse_two_tables(spark: SparkSession, current: str, history: str, store: str) -> None:
+    """Stop before anything is written when `current` or `history` is a table of the earlier
+    layout (two Delta tables per source): the views of the store would hide its rows."""
+    for name in (current, history):
+        if spark.catalog.tableExists(name) and spark.catalog.getTable(name).tableType != "VIEW":
+            raise CdcEnrichError(
+                f"{name} is a table of the earlier silver layout (two tables per source); silver now keeps a "
+                f"source's rows in {store} with views under the old names. Write to a new silver schema "
+                "(tables.silver_schema) and replay bronze into it, or drop the source's silver tables first"
+            )
 
 
 def ensure_toast_table(spark: SparkSession, pipeline: Pipeline, source: Source) -> None:
@@ -146,12 +164,14 @@ def _create(
     schema: StructType,
     properties: Mapping[str, str] | Callable[[], Mapping[str, str]],
     comment: str | None = None,
+    partitioned_by: tuple[str, ...] = (),
 ) -> bool:
     """Create the table (True), or add the columns a source gained since (a column added upstream;
     bronze adds it too; False). Existing rows read null for it. A changed type is an error.
     `properties` may be a function, called only when the table is created."""
     if not spark.catalog.tableExists(name):
-        create_table(spark, name, schema, properties=properties() if callable(properties) else properties, comment=comment)
+        create_table(spark, name, schema, properties=properties() if callable(properties) else properties,
+                     partitioned_by=partitioned_by, comment=comment)
         return True
     existing = {f.name: f.dataType for f in spark.table(name).schema.fields}
     conflicts = [f"{f.name}: {existing[f.name].simpleString()} -> {f.dataType.simpleString()}"
@@ -179,19 +199,19 @@ def read_truncates(spark: SparkSession, pipeline: Pipeline, source: Source) -> l
     return sorted((r["sequence"], r["source_ts"]) for r in rows)
 
 
-# Facts a source's stream records on its history table (a table property) before it writes the
+# Facts a source's stream records on its store (a table property) before it writes the
 # first row that makes them true, so that a stream starting later knows them without reading a
 # table: its first batch paid 1-5 s reading `silver._truncates` and probing the TOAST table
-# (2026-12-05, the suite's silver specs). "false" is set only when the history table is created
+# (2026-12-05, the suite's silver specs). "false" is set only when the store is created
 # (`_nothing_recorded`).
 TRUNCATES_RECORDED_PROPERTY = "cdc_enrich.history.truncatesRecorded"
 TOAST_RECORDED_PROPERTY = "cdc_enrich.history.toastRecorded"
 
 
 def _nothing_recorded(spark: SparkSession, pipeline: Pipeline, source: Source, truncates_created: bool) -> dict[str, str]:
-    """The facts a new history table starts with: "false" for the TOAST table where there is none
+    """The facts a new store starts with: "false" for the TOAST table where there is none
     or it holds no row, and for the truncates table where it was created with it or holds no row
-    of the source (a history table dropped and made again, beside tables that kept their rows,
+    of the source (a store dropped and made again, beside tables that kept their rows,
     starts with the facts unknown)."""
     facts = {}
     if not toast_recorded(spark, pipeline, source):
@@ -203,7 +223,7 @@ def _nothing_recorded(spark: SparkSession, pipeline: Pipeline, source: Source, t
 
 @dataclass(frozen=True)
 class HistoryFacts:
-    """What the source's history table says of itself, from one `SHOW TBLPROPERTIES`.
+    """What the source's store says of itself, from one `SHOW TBLPROPERTIES`.
 
     `truncates` / `toast`: False when `silver._truncates` / the TOAST table holds no row of the
     source; None when not known (a table made before these properties, or a row recorded:
@@ -216,7 +236,7 @@ class HistoryFacts:
 
 def history_facts(spark: SparkSession, pipeline: Pipeline, source: Source) -> HistoryFacts:
     """The source's `HistoryFacts` (the snapshot it reads is the one the batch reads next)."""
-    props = {r["key"]: r["value"] for r in spark.sql(f"SHOW TBLPROPERTIES {silver_history_table(pipeline, source)}").collect()}
+    props = {r["key"]: r["value"] for r in spark.sql(f"SHOW TBLPROPERTIES {silver_store_table(pipeline, source)}").collect()}
     millis = props.get(COMPACTED_BEFORE_PROPERTY)
     compacted = None
     if millis is not None and str(millis).lstrip("-").isdigit():
@@ -229,14 +249,14 @@ def history_facts(spark: SparkSession, pipeline: Pipeline, source: Source) -> Hi
 
 
 def recorded_truncates(spark: SparkSession, pipeline: Pipeline, source: Source, facts: HistoryFacts) -> list[Truncate]:
-    """The source's recorded truncates: none when its history table says so, else read."""
+    """The source's recorded truncates: none when its store says so, else read."""
     return [] if facts.truncates is False else read_truncates(spark, pipeline, source)
 
 
 def record_fact(spark: SparkSession, pipeline: Pipeline, source: Source, prop: str) -> None:
-    """Say on the history table that rows of `prop`'s kind may exist, before writing the first:
+    """Say on the store that rows of `prop`'s kind may exist, before writing the first:
     a crash between the two leaves a fact that costs one read, never one that hides a row."""
-    spark.sql(f"ALTER TABLE {silver_history_table(pipeline, source)} SET TBLPROPERTIES ('{prop}' = 'true')")
+    spark.sql(f"ALTER TABLE {silver_store_table(pipeline, source)} SET TBLPROPERTIES ('{prop}' = 'true')")
 
 
 def compacted_before(spark: SparkSession, pipeline: Pipeline, source: Source) -> datetime | None:

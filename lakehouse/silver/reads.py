@@ -14,9 +14,12 @@ from lakehouse.declaration import Pipeline, Source
 from lakehouse.deltasql import delete_matching
 from lakehouse.silver.layout import compacted_before, toast_rows, toast_table
 from lakehouse.silver.plan import COMPACTED_BEFORE_PROPERTY, history_as_of
+from lakehouse.silver.store import KIND, history_of
 from lakehouse.tables import (
+    HISTORY_KIND,
     late_changes_table,
     silver_history_table,
+    silver_store_table,
 )
 
 # --------------------------------------------------------------------------- reads and maintenance
@@ -40,23 +43,24 @@ def compact_history(
     """Drop history versions whose `_valid_to` is older than the retention; return how many.
 
     The current version of a key (`_valid_to` null), including a delete marker, is never
-    dropped. The horizon is kept as a history table property so later changes older than it
+    dropped. The horizon is kept as a property of the source's store so later changes older than it
     are recorded in `_late_changes` (reason `beyond_retention`) instead of vanishing.
     """
     src = pipeline.source(source) if isinstance(source, str) else source
     days = retention_days if retention_days is not None else pipeline.options.history_retention_days
     now = now or datetime.now()  # naive local, PySpark's convention for timestamp literals
     cutoff = now - timedelta(days=days)
-    name = silver_history_table(pipeline, src)
+    name = silver_store_table(pipeline, src)
     expired = F.col("_valid_to").isNotNull() & (F.col("_valid_to") < F.lit(cutoff).cast(TimestampType()))
     keys = [*src.primary_key, "_sequence"]
-    doomed = spark.table(name).filter(expired).select(*keys).localCheckpoint(eager=True)
+    doomed = history_of(spark, pipeline, src).filter(expired).select(*keys).localCheckpoint(eager=True)
     count = doomed.count()
     if count:
-        delete_matching(doomed, name, keys)
+        delete_matching(doomed.withColumn(KIND, F.lit(HISTORY_KIND)), name, [*keys, KIND])
         toast = toast_rows(spark, pipeline, src)
         if toast is not None:  # the versions' placeholders go with them
-            delete_matching(toast.join(spark.table(name).select(*keys), keys, "left_anti"), toast_table(pipeline, src), keys)
+            kept = history_of(spark, pipeline, src).select(*keys)
+            delete_matching(toast.join(kept, keys, "left_anti"), toast_table(pipeline, src), keys)
     previous = compacted_before(spark, pipeline, src)
     horizon = max(cutoff, previous) if previous else cutoff
     millis = int(horizon.timestamp() * 1000)

@@ -21,7 +21,7 @@ from lakehouse.streaming import StreamSpec, run_streams
 from lakehouse.tables import (
     bronze_table,
     silver_current_table,
-    silver_history_table,
+    silver_store_table,
 )
 
 # --------------------------------------------------------------------------- runner
@@ -124,7 +124,7 @@ def _silver_stream(
         processing_time=pipeline.options.interval("silver"),
         collect=post.collect,
         reads=(bronze,),
-        writes=(silver_current_table(pipeline, source), silver_history_table(pipeline, source)),
+        writes=(silver_store_table(pipeline, source),),
     )
 
 

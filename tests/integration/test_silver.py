@@ -59,11 +59,13 @@ from lakehouse.tables import (
     silver_current_table,
     silver_history_schema,
     silver_history_table,
+    silver_store_table,
 )
 from testkit.bench.silver import BronzeChange, bronze_frame
 
 BASE = datetime(2026, 3, 1)
 BASE_MS = 1_772_323_200_000  # BASE as epoch milliseconds (UTC)
+STAMPS = ("_updated_at", "_recorded_at")  # silver's write stamps, one per kind of row
 
 
 # --------------------------------------------------------------------------- helpers
@@ -164,16 +166,21 @@ class Env:
             df = df.filter(F.col("id") == key)
         return [r.asDict() for r in df.orderBy("id", "_sequence").collect()]
 
-    def version(self, table: str) -> int:
-        return DeltaTable.forName(self.spark, table).history(1).collect()[0]["version"]
+    @property
+    def store_name(self) -> str:
+        return silver_store_table(self.pipeline, self.source)
+
+    def version(self, table: str | None = None) -> int:
+        """The latest Delta version of `table` (default: the source's store)."""
+        return DeltaTable.forName(self.spark, table or self.store_name).history(1).collect()[0]["version"]
 
     def cdf(self, after_version: int) -> list[dict[str, Any]]:
-        """Change feed rows of current committed after `after_version`."""
-        if self.version(self.current_name) <= after_version:
+        """Change feed rows of current rows (the store's `current` kind) committed after `after_version`."""
+        if self.version() <= after_version:
             return []
         df = self.spark.read.format("delta").option("readChangeFeed", "true").option(
-            "startingVersion", after_version + 1).table(self.current_name)
-        return [r.asDict() for r in df.collect()]
+            "startingVersion", after_version + 1).table(self.store_name).where("_kind = 'current'")
+        return [r.asDict() for r in df.select(*silver_current_schema(self.source).fieldNames(), "_change_type").collect()]
 
 
 @pytest.fixture
@@ -232,9 +239,13 @@ def test_current_keeps_latest_per_key_and_history_every_version(make_env):
     # the row hash is the hash of the row's columns
     checked = env.spark.table(env.current_name).filter(~F.col("_row_hash").eqNullSafe(row_hash(env.source)))
     assert checked.count() == 0
-    layout = lambda schema: [(f.name, f.dataType, f.nullable) for f in schema.fields]  # noqa: E731 - comments aside
+    # the views over the store show the contract's columns and types; a write stamp is NOT NULL
+    # within its own kind of row only, so the view shows it nullable
+    layout = lambda schema: [(f.name, f.dataType, f.nullable or f.name in STAMPS) for f in schema.fields]  # noqa: E731 - comments aside
     assert layout(env.spark.table(env.current_name).schema) == layout(silver_current_schema(env.source))
     assert layout(env.spark.table(env.history_name).schema) == layout(silver_history_schema(env.source))
+    store = env.spark.table(silver_store_table(env.pipeline, env.source))
+    assert store.filter("_updated_at IS NULL AND _kind = 'current' OR _recorded_at IS NULL AND _kind = 'history'").count() == 0
 
 
 def test_a_key_deleted_and_recreated_has_both_lives_in_history(make_env):
@@ -266,14 +277,13 @@ def test_changes_to_one_key_in_one_batch_are_ordered_by_sequence_not_arrival(mak
 def test_out_of_order_change_goes_into_history_between_its_neighbours_only(make_env):
     env = make_env()
     env.apply(0, ev("c", 10, product(1, "v10")), ev("u", 30, product(1, "v30")))
-    current_version = env.version(env.current_name)
+    current_version = env.version()
     before = env.current()[1]
 
     stats = env.apply(1, ev("u", 20, product(1, "v20")))
 
     assert stats.out_of_order == 1 and stats.current_upserted == 0 and stats.history_written == 2  # new + neighbour
-    assert env.version(env.current_name) == current_version  # current untouched: no commit at all
-    assert env.cdf(current_version) == []  # so nothing downstream
+    assert env.cdf(current_version) == []  # current untouched: nothing downstream (history's versions were written)
     assert env.current()[1] == before
     assert versions(env.history(1)) == [
         (seq(10), "c", False, "v10", at(10), at(20), seq(20)),
@@ -287,13 +297,13 @@ def test_duplicate_changes_nothing_anywhere(make_env):
     env = make_env()
     batch = [ev("c", 1, product(1, "one")), ev("u", 2, product(1, "two")), ev("d", 3, key={"id": 1})]
     env.apply(0, *batch)
-    versions_before = (env.version(env.current_name), env.version(env.history_name))
+    versions_before = env.version()
     current, history = env.current(), env.history()
 
     stats = env.apply(1, *batch, batch[1])  # re-delivered (new offsets, same changes), one twice
 
     assert stats.duplicates == 4 and stats.current_upserted == 0 and stats.history_written == 0
-    assert (env.version(env.current_name), env.version(env.history_name)) == versions_before
+    assert env.version() == versions_before  # no commit at all
     assert env.current() == current and env.history() == history
 
 
@@ -305,7 +315,7 @@ def test_an_update_older_than_a_delete_never_resurrects_the_row(make_env):
     env = make_env()
     env.apply(0, ev("c", 1, product(1, "one")))
     env.apply(1, ev("d", 30, key={"id": 1}))
-    version = env.version(env.current_name)
+    version = env.version()
     env.apply(2, ev("u", 20, product(1, "late update")), ev("u", 2, product(1, "very late")))
     assert env.current()[1]["_deleted"] and env.current()[1]["_sequence"] == seq(30, "d") and env.live() == {}
     assert env.cdf(version) == []
@@ -316,7 +326,7 @@ def test_an_update_older_than_a_delete_never_resurrects_the_row(make_env):
 
 def test_a_delete_of_an_unseen_key_blocks_its_older_insert(make_env):
     env = make_env()
-    start = env.version(env.current_name)
+    start = env.version()
     env.apply(0, ev("d", 30, key={"id": 7}))
     env.apply(1, ev("c", 10, product(7, "older insert")))
     # never live: no current row, no change-feed row; history holds both and orders them
@@ -326,7 +336,7 @@ def test_a_delete_of_an_unseen_key_blocks_its_older_insert(make_env):
 
 def test_a_key_created_and_deleted_within_one_batch_never_reaches_current(make_env):
     env = make_env()
-    start = env.version(env.current_name)
+    start = env.version()
     env.apply(0, ev("c", 1, product(1, "brief")), ev("d", 2, key={"id": 1}), ev("tombstone", 2, key={"id": 1}))
     assert env.current() == {} and env.cdf(start) == []
     assert [v[1] for v in versions(env.history(1))] == ["c", "d"]
@@ -348,7 +358,7 @@ def test_truncate_deletes_older_rows_and_keeps_older_late_changes_out_of_current
     assert env.spark.table(truncates_table(env.pipeline)).count() == 1
 
     # late: a change older than the truncate for a key current never had, and one for key 1
-    version = env.version(env.current_name)
+    version = env.version()
     stats = env.apply(3, ev("c", 5, product(4, "before truncate")), ev("u", 6, product(1, "one v6")))
     assert stats.out_of_order == 2 and stats.current_upserted == 0
     assert env.cdf(version) == [] and 4 not in env.current() and set(env.live()) == {3}
@@ -368,7 +378,7 @@ def test_a_late_delete_before_a_truncate_removes_the_truncates_delete_version(ma
     env.apply(0, ev("c", 1, product(1, "one")))
     env.apply(1, ev("t", 10))
     assert [v[1] for v in versions(env.history(1))] == ["c", "t"]
-    version = env.version(env.current_name)
+    version = env.version()
     env.apply(2, ev("d", 5, key={"id": 1}))  # the key was already gone when the truncate ran
     assert versions(env.history(1)) == [
         (seq(1), "c", False, "one", at(1), at(5), seq(5, "d")),
@@ -445,7 +455,7 @@ def test_a_stream_started_later_learns_the_truncates_and_placeholders_recorded_b
     env = make_env()
     facts = lambda: history_facts(env.spark, env.pipeline, env.source)  # noqa: E731
     if made == "before the facts":
-        env.spark.sql(f"ALTER TABLE {env.history_name} UNSET TBLPROPERTIES "
+        env.spark.sql(f"ALTER TABLE {env.store_name} UNSET TBLPROPERTIES "
                       f"('{TRUNCATES_RECORDED_PROPERTY}', '{TOAST_RECORDED_PROPERTY}')")
         assert facts() == HistoryFacts(None, truncates=None, toast=None)
     else:
@@ -463,8 +473,8 @@ def test_a_stream_started_later_learns_the_truncates_and_placeholders_recorded_b
     assert [v[0] for v in versions(env.history(2))] == [seq(4), seq(5), seq(10, "t")]
     assert env.current() == {}  # both keys created and truncated within batch 0: never live in current
 
-    if made == "with the facts":  # history made again beside tables that kept the source's rows: not known
-        env.spark.sql(f"DROP TABLE {env.history_name}")
+    if made == "with the facts":  # the store made again beside tables that kept the source's rows: not known
+        env.spark.sql(f"DROP TABLE {env.store_name}")
         ensure_silver_tables(env.spark, env.pipeline, env.source)
         assert facts() == HistoryFacts(None, truncates=None, toast=None)
 
@@ -481,7 +491,7 @@ def test_toast_placeholder_keeps_the_previous_versions_value_even_when_that_arri
     assert [r["description"] for r in env.history(1)] == ["long text", "long text"]
 
     # a late version between them changed the text: v3 (unchanged since v2) now carries it
-    version = env.version(env.current_name)
+    version = env.version()
     env.apply(1, ev("u", 2, product(1, "one v2", description="edited text")))
     assert [r["description"] for r in env.history(1)] == ["long text", "edited text", "edited text"]
     assert env.current()[1]["description"] == "edited text" and env.current()[1]["_sequence"] == seq(3)
@@ -537,7 +547,7 @@ def test_a_key_change_a_new_snapshot_already_holds_takes_the_snapshots_value(mak
 
 def test_change_feed_carries_only_real_changes_and_a_delete_is_an_update_to_deleted(make_env):
     env = make_env()
-    start = env.version(env.current_name)
+    start = env.version()
     env.apply(0, ev("c", 1, product(1, "one")), ev("c", 2, product(2, "two")))
     env.apply(1, ev("u", 3, product(1, "one v3")), ev("d", 4, key={"id": 2}))
     feed = env.cdf(start)
@@ -550,10 +560,10 @@ def test_change_feed_carries_only_real_changes_and_a_delete_is_an_update_to_dele
         ("update_preimage", 1, False, "one"),
         ("update_preimage", 2, False, "two"),
     ]
-    version = env.version(env.current_name)
+    version = env.version()
     env.apply(2, ev("u", 3, product(1, "one v3")), ev("u", 2, product(1, "old")), ev("c", 1, product(2, "older")))
     assert env.cdf(version) == []  # duplicate and out-of-order: nothing
-    props = env.spark.sql(f"SHOW TBLPROPERTIES {env.current_name}").collect()
+    props = env.spark.sql(f"SHOW TBLPROPERTIES {env.store_name}").collect()
     assert {r["key"]: r["value"] for r in props}["delta.enableChangeDataFeed"] == "true"
 
 
@@ -571,7 +581,7 @@ def test_streaming_run_resumes_and_a_replayed_batch_applies_nothing_twice(make_e
     assert second.sources["products"].batches == 1 and second.sources["products"].changes_read == 3
     again = env.run()  # same checkpoint, nothing new
     assert again.sources["products"].batches == 0
-    state = (env.current(), env.history(), env.version(env.current_name), env.version(env.history_name))
+    state = (env.current(), env.history(), env.version())
     late_rows = env.spark.table(late_changes_table(env.pipeline)).count()
     assert late_rows == 1 and second.sources["products"].late == 1
 
@@ -583,7 +593,7 @@ def test_streaming_run_resumes_and_a_replayed_batch_applies_nothing_twice(make_e
     (checkpoint / "commits" / f".{last.name}.crc").unlink(missing_ok=True)
     replay = env.run()
     assert replay.sources["products"].batches == 1
-    assert (env.current(), env.history(), env.version(env.current_name), env.version(env.history_name)) == state
+    assert (env.current(), env.history(), env.version()) == state
     assert env.spark.table(late_changes_table(env.pipeline)).count() == late_rows
 
     # every batch of every run is a row of the metrics table (lakehouse.metrics), the replay too
@@ -602,13 +612,13 @@ def test_the_same_batch_id_twice_writes_once(make_env):
     env.apply(0, ev("c", 100 * 86400, product(1, "now")))
     stats = env.apply(1, ev("u", 1, product(1, "100 days late")))
     assert stats.late == 1
-    state = (env.version(env.current_name), env.version(env.history_name), env.version(late_changes_table(env.pipeline)))
+    state = (env.version(), env.version(late_changes_table(env.pipeline)))
     env.apply(1, ev("u", 1, product(1, "100 days late")))
     # even different data under a batch id already written is skipped: the Delta txn guard
     # (history and late-change writes of batch 1 are recorded; a replay never differs, this
     # only shows the guard is what stops it)
     env.apply(1, ev("u", 2, product(1, "other, also late")))
-    assert (env.version(env.current_name), env.version(env.history_name), env.version(late_changes_table(env.pipeline))) == state
+    assert (env.version(), env.version(late_changes_table(env.pipeline))) == state
     assert env.spark.table(late_changes_table(env.pipeline)).count() == 1
     assert env.current()[1]["title"] == "now"
 
@@ -619,16 +629,19 @@ def test_the_same_batch_id_twice_writes_once(make_env):
 def test_time_travel_by_delta_version_and_timestamp_and_by_source_time(make_env):
     env = make_env()
     env.apply(0, ev("c", 10, product(1, "one")), ev("c", 10, product(2, "two")))
-    v_current, v_history = env.version(env.current_name), env.version(env.history_name)
-    committed_at = DeltaTable.forName(env.spark, env.current_name).history(1).collect()[0]["timestamp"]
+    # Delta's time travel reads the store (the views over it have no versions of their own)
+    version = env.version()
+    committed_at = DeltaTable.forName(env.spark, env.store_name).history(1).collect()[0]["timestamp"]
     env.apply(1, ev("u", 20, product(1, "one v20")), ev("d", 30, key={"id": 2}))
 
-    old = env.spark.sql(f"SELECT id, title FROM {env.current_name} VERSION AS OF {v_current} ORDER BY id").collect()
+    old = env.spark.sql(
+        f"SELECT id, title FROM {env.store_name} VERSION AS OF {version} WHERE _kind = 'current' ORDER BY id").collect()
     assert [tuple(r) for r in old] == [(1, "one"), (2, "two")]
-    old_history = env.spark.sql(f"SELECT count(*) AS n FROM {env.history_name} VERSION AS OF {v_history}").first()["n"]
+    old_history = env.spark.sql(
+        f"SELECT count(*) AS n FROM {env.store_name} VERSION AS OF {version} WHERE _kind = 'history'").first()["n"]
     assert old_history == 2
     by_ts = env.spark.sql(
-        f"SELECT title FROM {env.current_name} TIMESTAMP AS OF '{committed_at.isoformat()}' WHERE id = 1").first()
+        f"SELECT title FROM {env.store_name} TIMESTAMP AS OF '{committed_at.isoformat()}' WHERE _kind = 'current' AND id = 1").first()
     assert by_ts["title"] == "one"
 
     def titles(ts):
@@ -791,24 +804,26 @@ def test_upkeep_compacts_history_optimizes_and_vacuums_keeping_time_travel(make_
     day = 86400
     for batch in range(4):  # four batches: several small files per table
         env.apply(batch, ev("u", (batch + 1) * day, product(1, f"v{batch}")), ev("c", (batch + 1) * day, product(10 + batch, "k")))
-    history = silver_history_table(env.pipeline, env.source)
-    files_before = spark.sql(f"DESCRIBE DETAIL {history}").first()["numFiles"]
+    store = silver_store_table(env.pipeline, env.source)  # history and current rows, partitioned by kind
+    files_before = spark.sql(f"DESCRIBE DETAIL {store}").first()["numFiles"]
 
     report = maintain(spark, env.pipeline, now=at(6.5 * day))  # retention 3 days: versions that ended before day 3.5 go
     assert report.ok, report.render()
     tables = pipeline_tables(spark, env.pipeline)
-    assert {history, silver_current_table(env.pipeline, env.source)} <= set(tables)
+    assert store in tables and silver_current_table(env.pipeline, env.source) not in tables  # a view
     for step in ("optimize", "vacuum"):
         assert sorted(s.table for s in report.steps if s.step == step) == tables
     by = {(s.step, s.table): s.detail for s in report.steps}
-    assert by[("compact", history)] == "2 versions dropped, 3 days kept"  # v0 (ended day 2), v1 (day 3)
+    assert by[("compact", store)] == "2 versions dropped, 3 days kept"  # v0 (ended day 2), v1 (day 3)
     assert [r["title"] for r in env.history(1)] == ["v2", "v3"]
-    assert by[("optimize", history)] == f"{files_before} files -> 1" and files_before > 1
-    assert spark.sql(f"DESCRIBE DETAIL {history}").first()["numFiles"] == 1
-    assert by[("vacuum", history)] == "0 files and directories deleted, 168 hours kept"  # nothing is older than 7 days yet
-    properties = {r["key"]: r["value"] for r in spark.sql(f"SHOW TBLPROPERTIES {history}").collect()}
+    assert by[("optimize", store)] == f"{files_before} files -> 2" and files_before > 2  # one file per kind
+    assert spark.sql(f"DESCRIBE DETAIL {store}").first()["numFiles"] == 2
+    # nothing is older than 7 days yet: what the dry run lists are the change feed's directories
+    # (`_change_data` and a partition directory per kind), which VACUUM removes only once empty
+    assert by[("vacuum", store)] == "3 files and directories deleted, 168 hours kept"
+    properties = {r["key"]: r["value"] for r in spark.sql(f"SHOW TBLPROPERTIES {store}").collect()}
     assert properties["delta.deletedFileRetentionDuration"] == "interval 7 days"
-    assert spark.sql(f"SELECT count(*) FROM {history} VERSION AS OF 1").first()[0] > 0  # time travel still reaches back
+    assert spark.sql(f"SELECT count(*) FROM {store} VERSION AS OF 1").first()[0] > 0  # time travel still reaches back
     assert "upkeep:" in report.render() and "all done" in report.render()
 
 
