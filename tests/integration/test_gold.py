@@ -36,7 +36,7 @@ from lakehouse.gold.delta import subscriptions_maintained
 from lakehouse.gold.frames import narrowed_sources
 from lakehouse.paths import checkpoint_dir
 from lakehouse.gold.analyst import analyst_view
-from lakehouse.tables import gold_table, silver_current_table, subscription_table
+from lakehouse.tables import CURRENT_KIND, gold_table, silver_current_table, silver_store_table, subscription_table
 from lakehouse.verify.oracle import oracle_view, silver_live_state
 from lakehouse.verify.views import diff_frames, verify_pipeline
 from testkit.reference_silver import Change, apply_silver_changes, create_silver_current, silver_rows
@@ -445,9 +445,9 @@ def test_a_batch_that_ends_inside_a_silver_version_keeps_the_rest_of_it(spark, l
     apply(spark, pipeline, "customers", Change({"id": 1, "name": "ann"}, 1), Change({"id": 2, "name": "bob"}, 2))
     apply(spark, pipeline, "orders", Change({"id": 10, "customer_id": 1, "status": "new"}, 3))
     run_gold(spark, pipeline, lake, views=["orders_enriched"])
-    orders = silver_current_table(pipeline, pipeline.source("orders"))
+    orders = silver_store_table(pipeline, pipeline.source("orders"))
     new_orders = [Change({"id": i, "customer_id": 2, "status": "new"}, i) for i in (11, 12)]
-    rows = silver_rows(spark, pipeline.source("orders"), new_orders)
+    rows = silver_rows(spark, pipeline.source("orders"), new_orders).withColumn("_kind", F.lit(CURRENT_KIND))
     rows.repartition(2).write.format("delta").mode("append").saveAsTable(orders)  # one commit, two files
     assert spark.sql(f"DESCRIBE HISTORY {orders} LIMIT 1").first()["operationMetrics"]["numFiles"] == "2"
 
