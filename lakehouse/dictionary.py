@@ -19,6 +19,7 @@ from lakehouse.tables import (
     quarantine_table,
     silver_current_table,
     silver_history_table,
+    silver_store_table,
 )
 
 ORDERING = {
@@ -45,7 +46,8 @@ def _source(pipeline: Pipeline, source: Source) -> list[str]:
         f"- Topic `{source.topic}`; primary key ({', '.join(source.primary_key)}); kind: {source.kind}; "
         f"order of changes: {ORDERING.get(source.sequence, source.sequence)}; replica identity: {source.replica_identity}.",
         f"- Tables: bronze `{bronze_table(pipeline, source)}`, silver current `{silver_current_table(pipeline, source)}`, "
-        f"silver history `{silver_history_table(pipeline, source)}`.",
+        f"silver history `{silver_history_table(pipeline, source)}` (views of the store `{silver_store_table(pipeline, source)}`, "
+        "whose versions Delta's time travel and change feed read).",
     ]
     for fk in source.foreign_keys:
         lines.append(f"- Foreign key `{fk.name}`: ({', '.join(fk.columns)}) references `{fk.references}`.")

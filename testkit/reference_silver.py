@@ -65,6 +65,12 @@ def create_silver_current(spark: SparkSession, pipeline: Pipeline, source: Sourc
     return name
 
 
+def append_silver_rows(rows: DataFrame, pipeline: Pipeline, source: Source, kind: str = CURRENT_KIND) -> None:
+    """Append `rows` (a current or history table's columns, per `kind`) to the source's store in
+    one commit, as a bench or test loads silver without going through its stream."""
+    rows.withColumn("_kind", F.lit(kind)).write.format("delta").mode("append").saveAsTable(silver_store_table(pipeline, source))
+
+
 def silver_rows(spark: SparkSession, source: Source, changes: DataFrame | Sequence[Change]) -> DataFrame:
     """`changes` as silver current rows (`silver_current_schema`'s columns): the newest per key,
     a delete as the key with `_deleted = true` and a null payload."""

@@ -38,15 +38,15 @@ from lakehouse.paths import checkpoint_dir
 from lakehouse.silver import apply_batch, ensure_silver_tables
 from lakehouse.silver.plan import row_hash
 from lakehouse.tables import (
+    HISTORY_KIND,
     bronze_schema,
     gold_table,
     silver_current_schema,
-    silver_current_table,
     silver_history_schema,
-    silver_history_table,
 )
 from testkit.bench import check_workloads, fresh_schemas, markdown_table
 from testkit.bench.gold import gold_equals_full, side_by_side
+from testkit.reference_silver import append_silver_rows
 
 PIPELINE = """\
 name: asofbench
@@ -104,11 +104,9 @@ def _versioned(spark: SparkSession, source: Source, keys: int, values: Callable[
 
 def _write_silver(spark: SparkSession, pipeline: Pipeline, source: Source, history: DataFrame) -> None:
     """History as given, current = each key's last version."""
-    history.select(*[f.name for f in silver_history_schema(source).fields]).write.format("delta").mode("append").saveAsTable(
-        silver_history_table(pipeline, source))
+    append_silver_rows(history.select(*[f.name for f in silver_history_schema(source).fields]), pipeline, source, HISTORY_KIND)
     last = history.where(F.col("_valid_to").isNull()).withColumn("_source_ts", F.col("_valid_from")).withColumn("_updated_at", F.current_timestamp())
-    last.select(*[f.name for f in silver_current_schema(source).fields]).write.format("delta").mode("append").saveAsTable(
-        silver_current_table(pipeline, source))
+    append_silver_rows(last.select(*[f.name for f in silver_current_schema(source).fields]), pipeline, source)
 
 
 def _bronze_of(df: DataFrame, source: Source, first_offset: int) -> DataFrame:

@@ -27,10 +27,10 @@ from pyspark.sql import functions as F
 from lakehouse.declaration import parse_pipeline
 from lakehouse.gold import run_gold, view_plan
 from lakehouse.paths import checkpoint_dir
-from lakehouse.tables import gold_table, silver_current_table
+from lakehouse.tables import gold_table
 from testkit.bench import fresh_schemas, markdown_table
 from testkit.bench.gold import _as_changes, _silver_rows, gold_equals_full, rows_rewritten, side_by_side
-from testkit.reference_silver import apply_silver_changes, create_silver_current
+from testkit.reference_silver import append_silver_rows, apply_silver_changes, create_silver_current
 
 PIPELINE = """\
 name: globalbench
@@ -70,10 +70,10 @@ def bench_global_row(
         create_silver_current(spark, pipeline, source)
     order_rows = spark.range(rows).select(
         F.col("id"), F.concat(F.lit("status-"), (F.col("id") % STATUSES).cast("string")).alias("status"), (F.col("id") % 500).alias("total"))
-    _silver_rows(order_rows, orders, 1).write.format("delta").mode("append").saveAsTable(silver_current_table(pipeline, orders))
+    append_silver_rows(_silver_rows(order_rows, orders, 1), pipeline, orders)
     status_rows = spark.range(STATUSES).select(
         F.concat(F.lit("STATUS-"), F.col("id").cast("string")).alias("code"), F.concat(F.lit("label "), F.col("id").cast("string")).alias("label"))
-    _silver_rows(status_rows, statuses, 1).write.format("delta").mode("append").saveAsTable(silver_current_table(pipeline, statuses))
+    append_silver_rows(_silver_rows(status_rows, statuses, 1), pipeline, statuses)
     result: dict[str, Any] = {"view": VIEW, "rows": rows, "statuses": STATUSES, "load_s": round(time.monotonic() - started, 1)}
     started = time.monotonic()
     run_gold(spark, pipeline, lake, views=[VIEW])

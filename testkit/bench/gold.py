@@ -49,7 +49,7 @@ from pyspark.sql import functions as F
 
 from lakehouse.declaration import REFRESH_MODES, Pipeline, Source
 from lakehouse.gold import ViewPlan, ViewRun, catch_up_subscriptions, full_recompute, num_files, run_gold, subscription_sizes, view_plan
-from testkit.reference_silver import apply_silver_changes, changes_schema, create_silver_current
+from testkit.reference_silver import append_silver_rows, apply_silver_changes, changes_schema, create_silver_current
 from lakehouse.paths import checkpoint_dir
 from lakehouse.tables import gold_table, silver_current_schema, silver_current_table, subscription_table
 from lakehouse.verify.views import diff_frames
@@ -348,9 +348,7 @@ def bench_gold(
     started = time.monotonic()
     for source in plan.sources:
         create_silver_current(spark, bench, source)
-        _silver_rows(_rows(spark, bench, source, sizes, 1), source, 1).write.format("delta").mode("append").saveAsTable(
-            silver_current_table(bench, source)
-        )
+        append_silver_rows(_silver_rows(_rows(spark, bench, source, sizes, 1), source, 1), bench, source)
     result: dict[str, Any] = {"view": name, "fact_rows": fact_rows, "rows": sizes, "load_s": round(time.monotonic() - started, 1)}
     say(f"bench gold: silver loaded ({sizes}) in {result['load_s']} s")
     started = time.monotonic()

@@ -31,7 +31,7 @@ from pyspark.sql import SparkSession
 from lakehouse.declaration import Pipeline
 from lakehouse.paths import checkpoint_dir
 from lakehouse.spark import ensure_schemas
-from lakehouse.tables import gold_table, silver_current_table, silver_history_table
+from lakehouse.tables import gold_table, silver_store_table
 from testkit.bench import markdown_table
 from testkit.bench.gold import commits_since, jobs_so_far, versions_of
 from testkit.bench.ingest import _clean, _raw_ceiling, isolated_pipeline
@@ -132,7 +132,7 @@ def bench_pipeline(
             checkpoints = checkpoint_dir(Path(lake), bench.name, "")
             say(f"bench pipeline {size:,}/trigger: {records:,} records for {n_events:,} simulated changes")
             row: dict[str, Any] = {"batch_size": size, "events": n_events, "records": records, "stages": {}}
-            tables = [t for s in bench.sources.values() for t in (silver_current_table(bench, s), silver_history_table(bench, s))]
+            tables = [silver_store_table(bench, s) for s in bench.sources.values()]
 
             def timed(stage: str, action: Callable[[], Any], written: Sequence[str] = ()) -> Any:
                 before_versions = versions_of(spark, written) if written else {}

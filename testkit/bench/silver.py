@@ -25,9 +25,10 @@ from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
 from lakehouse.declaration import Pipeline, Source
+from lakehouse.deltasql import create_table
 from lakehouse.frames import local_frame
 from lakehouse.silver import apply_batch, ensure_silver_tables
-from lakehouse.tables import bronze_schema, silver_current_table, silver_history_table
+from lakehouse.tables import CURRENT_KIND, HISTORY_KIND, bronze_schema, silver_store_schema, silver_store_table
 
 PLACEHOLDER = "__debezium_unavailable_value"
 
@@ -133,7 +134,7 @@ def _value_expr(source: Source, column: str, salt: str) -> str:
 
 
 def _seed_tables(spark: SparkSession, pipeline: Pipeline, source: Source, rows: int) -> None:
-    """Current and history with `rows` keys, one version each (sequence 10*id+1)."""
+    """The store's current and history rows for `rows` keys, one version each (sequence 10*id+1)."""
     key = source.primary_key[0]
     values = [f"{_value_expr(source, c, '')} as `{c}`" for c in source.value_columns]
     base = spark.range(rows).selectExpr(
@@ -145,12 +146,14 @@ def _seed_tables(spark: SparkSession, pipeline: Pipeline, source: Source, rows: 
     hashed.select(
         *source.column_names, "_row_hash", "_sequence", F.col("_ts").alias("_source_ts"), F.lit("r").alias("_op"),
         "_deleted", F.current_timestamp().alias("_updated_at"),
-    ).repartition(max(1, rows // 250_000)).write.format("delta").mode("append").saveAsTable(silver_current_table(pipeline, source))
+        F.lit(CURRENT_KIND).alias("_kind"),
+    ).repartition(max(1, rows // 250_000)).write.format("delta").mode("append").saveAsTable(silver_store_table(pipeline, source))
     hashed.select(
         *source.column_names, "_row_hash", "_sequence", F.lit("r").alias("_op"), "_deleted",
         F.col("_ts").alias("_valid_from"), F.lit(None).cast("timestamp").alias("_valid_to"),
         F.lit(None).cast("decimal(38,0)").alias("_valid_to_sequence"), F.current_timestamp().alias("_recorded_at"),
-    ).repartition(max(1, rows // 250_000)).write.format("delta").mode("append").saveAsTable(silver_history_table(pipeline, source))
+        F.lit(HISTORY_KIND).alias("_kind"),
+    ).repartition(max(1, rows // 250_000)).write.format("delta").mode("append").saveAsTable(silver_store_table(pipeline, source))
 
 
 def _change_batch(spark: SparkSession, source: Source, rows: int, changes: int) -> DataFrame:
@@ -232,11 +235,12 @@ def bench_silver(
     sizes: tuple[int, ...] = (100_000, 1_000_000),
     layouts: tuple[str, ...] = LAYOUTS,
 ) -> dict[str, Any]:
-    """Apply one batch of `changes` changes to current tables of each size, for each layout
+    """Apply one batch of `changes` changes to a source's store of each size, for each layout
     (`no_dv`: plain files; `dv`: deletion vectors, the default; `dv_clustered`: deletion vectors
-    and current/history liquid-clustered by the primary key, OPTIMIZEd after seeding); report per
-    case seconds, Delta MERGE metrics and rows rewritten per changed row, and per layout the time
-    ratio of the largest to the smallest size. Tables go to fresh schemas (dropped afterwards)."""
+    and the store liquid-clustered by the primary key instead of partitioned by kind, OPTIMIZEd
+    after seeding); report per case seconds, the store MERGE's Delta metrics (history and
+    current rows together) and rows rewritten per changed row, and per layout the time ratio of
+    the largest to the smallest size. Tables go to fresh schemas (dropped afterwards)."""
     source = _bench_source(pipeline)
     run = uuid.uuid4().hex[:8]
     cases = []
@@ -246,16 +250,16 @@ def bench_silver(
             schema = f"bench_silver_{run}_{size}_{layout}"
             variant = dataclasses.replace(pipeline, tables=dataclasses.replace(pipeline.tables, catalog=None, silver_schema=schema))
             ensure_silver_tables(spark, variant, source, deletion_vectors=dv)
-            tables = (silver_current_table(variant, source), silver_history_table(variant, source))
-            if clustered:
-                keys = ", ".join(source.primary_key)
-                for table in tables:
-                    spark.sql(f"ALTER TABLE {table} CLUSTER BY ({keys})")
+            store = silver_store_table(variant, source)
+            if clustered:  # a partitioned table cannot be clustered: made again, clustered
+                properties = {r["key"]: r["value"] for r in spark.sql(f"SHOW TBLPROPERTIES {store}").collect()
+                              if not r["key"].startswith("delta.") or r["key"] in ("delta.enableChangeDataFeed", "delta.enableDeletionVectors")}
+                spark.sql(f"DROP TABLE {store}")
+                create_table(spark, store, silver_store_schema(source), properties=properties, cluster_by=source.primary_key)
             t0 = time.perf_counter()
             _seed_tables(spark, variant, source, size)
             if clustered:
-                for table in tables:
-                    spark.sql(f"OPTIMIZE {table}")
+                spark.sql(f"OPTIMIZE {store}")
             seed_s = time.perf_counter() - t0
             batch = _change_batch(spark, source, size, changes).localCheckpoint(eager=True)
             phases = _PhaseCapture()
@@ -263,10 +267,9 @@ def bench_silver(
             with phases:
                 stats = apply_batch(batch, 0, variant, source, app_id=f"bench-{run}")
             seconds = time.perf_counter() - t0
-            cur = _last_merge_metrics(spark, silver_current_table(variant, source))
-            hist = _last_merge_metrics(spark, silver_history_table(variant, source))
-            changed = cur.get("numTargetRowsUpdated", 0) + cur.get("numTargetRowsInserted", 0) + cur.get("numTargetRowsDeleted", 0)
-            rewritten = cur.get("numTargetRowsCopied", 0) + cur.get("numTargetRowsUpdated", 0)
+            m = _last_merge_metrics(spark, store)
+            changed = m.get("numTargetRowsUpdated", 0) + m.get("numTargetRowsInserted", 0) + m.get("numTargetRowsDeleted", 0)
+            rewritten = m.get("numTargetRowsCopied", 0) + m.get("numTargetRowsUpdated", 0)
             cases.append(
                 {
                     "rows": size,
@@ -275,13 +278,12 @@ def bench_silver(
                     "apply_seconds": round(seconds, 2),
                     "current_upserted": stats.current_upserted,
                     "history_written": stats.history_written,
-                    "current_rows_copied": cur.get("numTargetRowsCopied", 0),
-                    "current_files_added": cur.get("numTargetFilesAdded", 0),
-                    "current_files_removed": cur.get("numTargetFilesRemoved", 0),
-                    "current_dvs_added": cur.get("numTargetDeletionVectorsAdded", 0),
-                    "current_merge_ms": cur.get("executionTimeMs", 0),
-                    "current_scan_ms": cur.get("scanTimeMs", 0),
-                    "history_rows_copied": hist.get("numTargetRowsCopied", 0),
+                    "store_rows_copied": m.get("numTargetRowsCopied", 0),
+                    "store_files_added": m.get("numTargetFilesAdded", 0),
+                    "store_files_removed": m.get("numTargetFilesRemoved", 0),
+                    "store_dvs_added": m.get("numTargetDeletionVectorsAdded", 0),
+                    "store_merge_ms": m.get("executionTimeMs", 0),
+                    "store_scan_ms": m.get("scanTimeMs", 0),
                     "rows_rewritten_per_changed_row": round(rewritten / changed, 2) if changed else None,
                     "phases": phases.text,
                 }

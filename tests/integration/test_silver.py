@@ -24,6 +24,7 @@ from delta.tables import DeltaTable
 from pyspark.sql import functions as F
 
 from lakehouse.declaration import Pipeline, Source
+from lakehouse.errors import CdcEnrichError
 from lakehouse.ordering import postgres_sequence
 from lakehouse.silver import (
     SilverStats,
@@ -825,6 +826,20 @@ def test_upkeep_compacts_history_optimizes_and_vacuums_keeping_time_travel(make_
     assert properties["delta.deletedFileRetentionDuration"] == "interval 7 days"
     assert spark.sql(f"SELECT count(*) FROM {store} VERSION AS OF 1").first()[0] > 0  # time travel still reaches back
     assert "upkeep:" in report.render() and "all done" in report.render()
+
+
+def test_silver_tables_of_the_earlier_two_table_layout_are_refused_before_anything_is_written(spark, shop_pipeline):
+    """A source's current rows under `silver.<source>` as a table of their own (the layout before
+    the store) stops the stream's set-up with what to do, instead of hiding those rows behind a view."""
+    tag = uuid.uuid4().hex[:8]
+    pipeline = dataclasses.replace(shop_pipeline, tables=dataclasses.replace(
+        shop_pipeline.tables, catalog=None, silver_schema=f"t{tag}_silver"))
+    source = pipeline.source("products")
+    spark.sql(f"CREATE SCHEMA {pipeline.tables.silver_schema}")
+    spark.sql(f"CREATE TABLE {silver_current_table(pipeline, source)} (id BIGINT) USING DELTA")
+    with pytest.raises(CdcEnrichError, match="earlier silver layout.*replay bronze"):
+        ensure_silver_tables(spark, pipeline, source)
+    assert not spark.catalog.tableExists(silver_store_table(pipeline, source))
 
 
 def test_silver_tables_carry_the_pipeline_files_descriptions_as_comments(make_env, spark):
