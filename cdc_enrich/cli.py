@@ -374,6 +374,17 @@ def cmd_maintain(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def cmd_migrate_silver(args: argparse.Namespace) -> int:
+    """Move each source's silver from the earlier layout (two Delta tables) into its store, in
+    place (lakehouse.silver.migrate); the old tables are kept, renamed. Stop the streams first."""
+    pipeline = _pipeline(args)
+    spark = _spark(args)
+    from lakehouse.silver.migrate import migrate_silver
+
+    _say(migrate_silver(spark, pipeline, lake_root(args.lake)).render())
+    return 0
+
+
 def cmd_docs(args: argparse.Namespace) -> int:
     """Write the pipeline's data dictionary (Markdown, no Spark): every table, column, key,
     join and rule, with the file's descriptions."""
@@ -537,6 +548,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("maintain", parents=[common, with_pipeline], help="compact history, OPTIMIZE and VACUUM every table", description=cmd_maintain.__doc__)
     p.add_argument("--step", action="append", choices=("compact", "optimize", "vacuum"), help="only these steps (repeatable; default: all three)")
     p.set_defaults(func=cmd_maintain)
+
+    p = sub.add_parser("migrate-silver", parents=[common, with_pipeline], help="move silver of the earlier two-table layout into the store",
+                       description=cmd_migrate_silver.__doc__)
+    p.set_defaults(func=cmd_migrate_silver)
 
     p = sub.add_parser("docs", parents=[common, with_pipeline], help="write the pipeline's data dictionary (Markdown)", description=cmd_docs.__doc__)
     p.add_argument("--out", help="file to write ('-': standard output; default <lake>/<pipeline>-data-dictionary.md)")

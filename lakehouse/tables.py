@@ -161,7 +161,7 @@ def silver_store_schema(source: Source) -> StructType:
     """
     history, current = silver_history_schema(source), silver_current_schema(source)
     required = {f.name for f in history.fields if not f.nullable} & {f.name for f in current.fields if not f.nullable}
-    fields, seen = [StructField("_kind", StringType(), False)], {"_kind"}
+    fields, seen = [StructField(KIND_COLUMN, StringType(), False)], {KIND_COLUMN}
     for f in [*history.fields, *current.fields]:
         if f.name not in seen:
             seen.add(f.name)
@@ -192,7 +192,9 @@ def silver_store_table(pipeline: Pipeline, source: Source) -> str:
     return pipeline.tables.qualified("silver", f"{source.name}_store")
 
 
-#: The store's `_kind` of a version row (history) and of a key's latest row (current).
+#: The store's column that says what a row is (`silver_store_schema`), and its two values: a
+#: version of a row (history) and a key's latest row (current).
+KIND_COLUMN = "_kind"
 HISTORY_KIND = "history"
 CURRENT_KIND = "current"
 

@@ -14,6 +14,7 @@ from lakehouse.declaration import Pipeline, Source
 from lakehouse.frames import local_frame
 from lakehouse.tables import (
     CURRENT_KIND,
+    KIND_COLUMN,
     SEQUENCE_TYPE,
     row_struct,
     silver_store_table,
@@ -68,7 +69,7 @@ def create_silver_current(spark: SparkSession, pipeline: Pipeline, source: Sourc
 def append_silver_rows(rows: DataFrame, pipeline: Pipeline, source: Source, kind: str = CURRENT_KIND) -> None:
     """Append `rows` (a current or history table's columns, per `kind`) to the source's store in
     one commit, as a bench or test loads silver without going through its stream."""
-    rows.withColumn("_kind", F.lit(kind)).write.format("delta").mode("append").saveAsTable(silver_store_table(pipeline, source))
+    rows.withColumn(KIND_COLUMN, F.lit(kind)).write.format("delta").mode("append").saveAsTable(silver_store_table(pipeline, source))
 
 
 def silver_rows(spark: SparkSession, source: Source, changes: DataFrame | Sequence[Change]) -> DataFrame:
@@ -112,8 +113,8 @@ def apply_silver_changes(
     df = silver_rows(spark, source, changes)
     table = create_silver_current(spark, pipeline, source)
     pk = list(source.primary_key)
-    on = " AND ".join([f"t._kind = '{CURRENT_KIND}'"] + [f"t.`{c}` = s.`{c}`" for c in pk])
-    values = {c: f"s.`{c}`" for c in df.columns} | {"_kind": f"'{CURRENT_KIND}'"}
+    on = " AND ".join([f"t.{KIND_COLUMN} = '{CURRENT_KIND}'"] + [f"t.`{c}` = s.`{c}`" for c in pk])
+    values = {c: f"s.`{c}`" for c in df.columns} | {KIND_COLUMN: f"'{CURRENT_KIND}'"}
     merge = DeltaTable.forName(spark, table).alias("t").merge(df.alias("s"), on)
     if physical_delete:
         merge = merge.whenMatchedDelete(condition="s._deleted AND s._sequence > t._sequence")

@@ -10,7 +10,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
 from lakehouse.declaration import Pipeline, Source
-from lakehouse.tables import silver_store_table
+from lakehouse.tables import KIND_COLUMN, silver_store_table
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ def change_stream(spark: SparkSession, feeds: Sequence[Feed], max_files_per_trig
             reader = reader.option("maxFilesPerTrigger", max_files_per_trigger)
         stream = reader.table(feed.table)
         if feed.kind is not None:
-            stream = stream.where(F.col("_kind") == feed.kind)
+            stream = stream.where(F.col(KIND_COLUMN) == feed.kind)
         cols = [
             F.lit(feed.source).alias("_source"),
             F.col("_change_type"),

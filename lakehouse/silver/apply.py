@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from decimal import Decimal
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -48,7 +48,6 @@ from lakehouse.silver.plan import (
     late_records,
     plan_current,
     plan_history,
-    replaces_current,
 )
 from lakehouse.silver.snapshots import (
     SnapshotEnd,

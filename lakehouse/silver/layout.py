@@ -23,8 +23,9 @@ from lakehouse.deltasql import DELETION_VECTORS_WHEN_LARGE, create_table
 from lakehouse.errors import CdcEnrichError
 from lakehouse.silver.plan import COMPACTED_BEFORE_PROPERTY, Truncate
 from lakehouse.spark import table_exists
-from lakehouse.silver.store import KIND, kind_view_sql
+from lakehouse.silver.store import kind_view_sql
 from lakehouse.tables import (
+    KIND_COLUMN,
     CURRENT_KIND,
     HISTORY_KIND,
     SEQUENCE_TYPE,
@@ -115,13 +116,13 @@ def ensure_silver_tables(spark: SparkSession, pipeline: Pipeline, source: Source
     current_comment, current_columns = silver_comments(source, history=False)
     history_comment, history_columns = silver_comments(source, history=True)
     store_comment = (f"Silver store of source {source.name!r}: its history and current rows in one Delta table "
-                     f"({KIND} says which); query the views {current} and {history}.")
-    store_columns = {**history_columns, **current_columns, KIND: "history: a version of a row; current: a key's latest row"}
+                     f"({KIND_COLUMN} says which); query the views {current} and {history}.")
+    store_columns = {**history_columns, **current_columns, KIND_COLUMN: "history: a version of a row; current: a key's latest row"}
     truncates_created = _create(spark, truncates_table(pipeline), truncates_schema(), {})
     _create(spark, late_changes_table(pipeline), late_changes_schema(), {})
     if not _create(spark, store, commented(silver_store_schema(source), store_columns),
                    lambda: {"delta.enableChangeDataFeed": "true", **dv, **_nothing_recorded(spark, pipeline, source, truncates_created)},
-                   store_comment, partitioned_by=(KIND,)):
+                   store_comment, partitioned_by=(KIND_COLUMN,)):
         apply_comments(spark, store, store_comment, store_columns)  # an existing table: only what changed
     spark.sql(kind_view_sql(current, store, source, CURRENT_KIND, current_comment, current_columns))
     spark.sql(kind_view_sql(history, store, source, HISTORY_KIND, history_comment, history_columns))
@@ -129,15 +130,22 @@ def ensure_silver_tables(spark: SparkSession, pipeline: Pipeline, source: Source
     spark.sql(f"CREATE OR REPLACE VIEW {live_view(pipeline, source)} AS SELECT {columns} FROM {current} WHERE NOT _deleted")
 
 
+def is_earlier_layout(spark: SparkSession, name: str) -> bool:
+    """Whether `name` (a source's current or history name) is a table of the earlier layout, two
+    Delta tables per source, where the store layout has a view."""
+    return spark.catalog.tableExists(name) and spark.catalog.getTable(name).tableType != "VIEW"
+
+
 def _refuse_two_tables(spark: SparkSession, current: str, history: str, store: str) -> None:
     """Stop before anything is written when `current` or `history` is a table of the earlier
-    layout (two Delta tables per source): the views of the store would hide its rows."""
+    layout: the views of the store would hide its rows."""
     for name in (current, history):
-        if spark.catalog.tableExists(name) and spark.catalog.getTable(name).tableType != "VIEW":
+        if is_earlier_layout(spark, name):
             raise CdcEnrichError(
                 f"{name} is a table of the earlier silver layout (two tables per source); silver now keeps a "
-                f"source's rows in {store} with views under the old names. Write to a new silver schema "
-                "(tables.silver_schema) and replay bronze into it, or drop the source's silver tables first"
+                f"source's rows in {store} with views under the old names. Stop the pipeline's streams and run "
+                "`cdc-enrich migrate-silver` to move them (lakehouse.silver.migrate), or write to a new silver "
+                "schema (tables.silver_schema) and replay bronze into it"
             )
 
 

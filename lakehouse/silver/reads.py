@@ -14,8 +14,9 @@ from lakehouse.declaration import Pipeline, Source
 from lakehouse.deltasql import delete_matching
 from lakehouse.silver.layout import compacted_before, toast_rows, toast_table
 from lakehouse.silver.plan import COMPACTED_BEFORE_PROPERTY, history_as_of
-from lakehouse.silver.store import KIND, history_of
+from lakehouse.silver.store import history_of
 from lakehouse.tables import (
+    KIND_COLUMN,
     HISTORY_KIND,
     late_changes_table,
     silver_history_table,
@@ -56,7 +57,7 @@ def compact_history(
     doomed = history_of(spark, pipeline, src).filter(expired).select(*keys).localCheckpoint(eager=True)
     count = doomed.count()
     if count:
-        delete_matching(doomed.withColumn(KIND, F.lit(HISTORY_KIND)), name, [*keys, KIND])
+        delete_matching(doomed.withColumn(KIND_COLUMN, F.lit(HISTORY_KIND)), name, [*keys, KIND_COLUMN])
         toast = toast_rows(spark, pipeline, src)
         if toast is not None:  # the versions' placeholders go with them
             kept = history_of(spark, pipeline, src).select(*keys)

@@ -25,14 +25,12 @@ from lakehouse.sqltext import quote, string_literal
 from lakehouse.tables import (
     CURRENT_KIND,
     HISTORY_KIND,
+    KIND_COLUMN,
     silver_current_schema,
     silver_history_schema,
     silver_store_schema,
     silver_store_table,
 )
-
-KIND = "_kind"
-
 
 def kind_schema(source: Source, kind: str) -> StructType:
     """The columns a row of `kind` carries (`silver_history_schema` or `silver_current_schema`)."""
@@ -45,7 +43,7 @@ def kind_schema(source: Source, kind: str) -> StructType:
 
 def kind_rows(store: DataFrame, source: Source, kind: str) -> DataFrame:
     """The store's rows of `kind`, in that kind's columns (a history or current table's shape)."""
-    return store.filter(F.col(KIND) == kind).select(*kind_schema(source, kind).fieldNames())
+    return store.filter(F.col(KIND_COLUMN) == kind).select(*kind_schema(source, kind).fieldNames())
 
 
 def kind_view_sql(view: str, store: str, source: Source, kind: str, comment: str, columns: dict[str, str]) -> str:
@@ -57,7 +55,7 @@ def kind_view_sql(view: str, store: str, source: Source, kind: str, comment: str
     )
     selected = ", ".join(quote(n) for n in names)
     return (f"CREATE OR REPLACE VIEW {view} ({listed}) COMMENT {string_literal(comment)} AS "
-            f"SELECT {selected} FROM {store} WHERE {KIND} = {string_literal(kind)}")
+            f"SELECT {selected} FROM {store} WHERE {KIND_COLUMN} = {string_literal(kind)}")
 
 
 def history_of(spark: SparkSession, pipeline: Pipeline, source: Source) -> DataFrame:
@@ -71,7 +69,7 @@ def store_frame(planned: DataFrame, source: Source) -> DataFrame:
     now = write_time()
     is_history = F.col("_target") == HISTORY_KIND
     framed = (
-        planned.withColumn(KIND, F.col("_target"))
+        planned.withColumn(KIND_COLUMN, F.col("_target"))
         .withColumn("_recorded_at", F.when(is_history, now))
         .withColumn("_updated_at", F.when(~is_history, now))
     )
@@ -86,17 +84,17 @@ def merge_store(name: str, planned: DataFrame, source: Source, bounds: dict[str,
     (`replaces_current`); a deleted key never seen is not inserted."""
     keys = [*source.primary_key]
     on = " AND ".join(
-        [key_bounds_sql("t", bounds), f"t.{KIND} = s.{KIND}"]
+        [key_bounds_sql("t", bounds), f"t.{KIND_COLUMN} = s.{KIND_COLUMN}"]
         + [f"t.{quote(k)} = s.{quote(k)}" for k in keys]
-        + [f"(s.{KIND} = '{CURRENT_KIND}' OR t._sequence = s._sequence)"]
+        + [f"(s.{KIND_COLUMN} = '{CURRENT_KIND}' OR t._sequence = s._sequence)"]
     )
-    history = f"s.{KIND} = '{HISTORY_KIND}'"
-    current = f"s.{KIND} = '{CURRENT_KIND}'"
-    history_values = {**source_values(silver_history_schema(source).fieldNames()), KIND: f"s.{KIND}"}
-    current_values = {**source_values(silver_current_schema(source).fieldNames()), KIND: f"s.{KIND}"}
+    history = f"s.{KIND_COLUMN} = '{HISTORY_KIND}'"
+    current = f"s.{KIND_COLUMN} = '{CURRENT_KIND}'"
+    history_values = {**source_values(silver_history_schema(source).fieldNames()), KIND_COLUMN: f"s.{KIND_COLUMN}"}
+    current_values = {**source_values(silver_current_schema(source).fieldNames()), KIND_COLUMN: f"s.{KIND_COLUMN}"}
     replaces = replaces_current("s._sequence", "s._row_hash", "s._deleted", "t._sequence", "t._row_hash", "t._deleted")
     now = write_time()
-    rows = planned.withColumn(KIND, F.col("_target")).withColumn("_recorded_at", now).withColumn("_updated_at", now)
+    rows = planned.withColumn(KIND_COLUMN, F.col("_target")).withColumn("_recorded_at", now).withColumn("_updated_at", now)
     return merge(rows, name, on, [
         matched_delete(f"{history} AND s._action = 'delete'"),
         matched_update(history_values, f"{history} AND s._action != 'delete'"),

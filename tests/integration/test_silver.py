@@ -842,6 +842,46 @@ def test_silver_tables_of_the_earlier_two_table_layout_are_refused_before_anythi
     assert not spark.catalog.tableExists(silver_store_table(pipeline, source))
 
 
+def test_silver_of_the_earlier_layout_moves_into_the_store_in_place(make_env, spark, tmp_path):
+    """`cdc-enrich migrate-silver`: a source's two tables (the layout before the store) move into
+    its store in one commit, with the history table's recorded facts; the tables are kept under
+    new names, the views show the same rows, the source's stream applies its next batch, and the
+    checkpoints of the gold views that read the source are removed (their feeds were the tables)."""
+    from lakehouse.paths import checkpoint_dir
+    from lakehouse.silver.migrate import KEPT_SUFFIX, migrate_silver
+
+    env = make_env(history_retention_days=3)
+    env.apply(0, ev("c", 1, product(1, "one")), ev("c", 2, product(2, "two")))
+    env.apply(1, ev("u", 3, product(1, "one v3")), ev("d", 4, key={"id": 2}))
+    current, history = env.current(), env.history()
+    # the earlier layout, made from those rows: two Delta tables under the views' names
+    for view, kind in ((env.current_name, "current"), (env.history_name, "history")):
+        columns = (silver_current_schema if kind == "current" else silver_history_schema)(env.source).fieldNames()
+        spark.sql(f"DROP VIEW {view}")
+        spark.sql(f"CREATE TABLE {view} USING DELTA AS SELECT {', '.join(columns)} FROM {env.store_name} WHERE _kind = '{kind}'")
+    spark.sql(f"ALTER TABLE {env.history_name} SET TBLPROPERTIES ('{TRUNCATES_RECORDED_PROPERTY}' = 'false')")
+    spark.sql(f"DROP TABLE {env.store_name}")
+    with pytest.raises(CdcEnrichError, match="migrate-silver"):
+        ensure_silver_tables(spark, env.pipeline, env.source)
+    lake = tmp_path / "lake"
+    reading = checkpoint_dir(lake, env.pipeline.name, "gold_order_items_enriched")  # joins products
+    other = checkpoint_dir(lake, env.pipeline.name, "gold_orders_enriched")
+    for folder in (reading, other):
+        (folder / "offsets").mkdir(parents=True)
+
+    done = migrate_silver(spark, env.pipeline, lake)
+
+    assert done.moved == {"products": 2 + 4} and not done.checkpoints_to_remove, done.render()  # current and history rows
+    assert done.checkpoints_removed == [str(reading)] and not reading.exists() and other.exists()
+    assert spark.catalog.getTable(env.current_name).tableType == "VIEW"
+    assert env.current() == current and env.history() == history
+    assert spark.table(f"{env.history_name}{KEPT_SUFFIX}").count() == 4
+    assert history_facts(spark, env.pipeline, env.source).truncates is False  # carried over
+    assert env.apply(2, ev("u", 5, product(1, "one v5"))).current_upserted == 1
+    assert env.current()[1]["title"] == "one v5" and len(env.history(1)) == 3
+    assert "nothing moved" in migrate_silver(spark, env.pipeline, lake).render()  # done once
+
+
 def test_silver_tables_carry_the_pipeline_files_descriptions_as_comments(make_env, spark):
     """Table and column comments for analysts, the service's own columns explained too; an edited
     description reaches the table the next time its stream opens it."""
