@@ -109,25 +109,35 @@ def ensure_silver_tables(spark: SparkSession, pipeline: Pipeline, source: Source
     """
     schema = ".".join(p for p in (pipeline.tables.catalog, pipeline.tables.silver_schema) if p)
     spark.sql(f"CREATE SCHEMA IF NOT EXISTS {schema}")
-    dv = DELETION_VECTORS_WHEN_LARGE if deletion_vectors else {"delta.enableDeletionVectors": "false"}
     current, history, store = (silver_current_table(pipeline, source), silver_history_table(pipeline, source),
                                silver_store_table(pipeline, source))
     _refuse_two_tables(spark, current, history, store)
     current_comment, current_columns = silver_comments(source, history=False)
     history_comment, history_columns = silver_comments(source, history=True)
-    store_comment = (f"Silver store of source {source.name!r}: its history and current rows in one Delta table "
-                     f"({KIND_COLUMN} says which); query the views {current} and {history}.")
-    store_columns = {**history_columns, **current_columns, KIND_COLUMN: "history: a version of a row; current: a key's latest row"}
     truncates_created = _create(spark, truncates_table(pipeline), truncates_schema(), {})
     _create(spark, late_changes_table(pipeline), late_changes_schema(), {})
-    if not _create(spark, store, commented(silver_store_schema(source), store_columns),
-                   lambda: {"delta.enableChangeDataFeed": "true", **dv, **_nothing_recorded(spark, pipeline, source, truncates_created)},
-                   store_comment, partitioned_by=(KIND_COLUMN,)):
-        apply_comments(spark, store, store_comment, store_columns)  # an existing table: only what changed
+    ensure_store(spark, pipeline, source, lambda: _nothing_recorded(spark, pipeline, source, truncates_created), deletion_vectors)
     spark.sql(kind_view_sql(current, store, source, CURRENT_KIND, current_comment, current_columns))
     spark.sql(kind_view_sql(history, store, source, HISTORY_KIND, history_comment, history_columns))
     columns = ", ".join(f"`{c}`" for c in source.column_names)
     spark.sql(f"CREATE OR REPLACE VIEW {live_view(pipeline, source)} AS SELECT {columns} FROM {current} WHERE NOT _deleted")
+
+
+def ensure_store(
+    spark: SparkSession, pipeline: Pipeline, source: Source, facts: Callable[[], Mapping[str, str]], deletion_vectors: bool = True
+) -> None:
+    """Create the source's store (change feed on, partitioned by kind, deletion vectors once large
+    unless `deletion_vectors` is False, with comments) and its `facts()` as properties; an existing
+    one gains the columns the source gained and its comments where they changed."""
+    store = silver_store_table(pipeline, source)
+    dv = DELETION_VECTORS_WHEN_LARGE if deletion_vectors else {"delta.enableDeletionVectors": "false"}
+    comment = (f"Silver store of source {source.name!r}: its history and current rows in one Delta table ({KIND_COLUMN} "
+               f"says which); query the views {silver_current_table(pipeline, source)} and {silver_history_table(pipeline, source)}.")
+    columns = {**silver_comments(source, history=True)[1], **silver_comments(source, history=False)[1],
+               KIND_COLUMN: "history: a version of a row; current: a key's latest row"}
+    if not _create(spark, store, commented(silver_store_schema(source), columns),
+                   lambda: {"delta.enableChangeDataFeed": "true", **dv, **facts()}, comment, partitioned_by=(KIND_COLUMN,)):
+        apply_comments(spark, store, comment, columns)  # an existing table: only what changed
 
 
 def is_earlier_layout(spark: SparkSession, name: str) -> bool:

@@ -20,11 +20,9 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from lakehouse.comments import commented, silver_comments
 from lakehouse.declaration import Pipeline, Source
-from lakehouse.deltasql import DELETION_VECTORS_WHEN_LARGE, create_table
 from lakehouse.paths import checkpoint_dir
-from lakehouse.silver.layout import ensure_silver_tables, is_earlier_layout
+from lakehouse.silver.layout import ensure_silver_tables, ensure_store, is_earlier_layout
 from lakehouse.sqltext import quote, string_literal
 from lakehouse.tables import (
     CURRENT_KIND,
@@ -95,11 +93,7 @@ def _move(spark: SparkSession, pipeline: Pipeline, source: Source) -> int:
     store = silver_store_table(pipeline, source)
     facts = {r["key"]: r["value"] for r in spark.sql(f"SHOW TBLPROPERTIES {history}").collect()
              if r["key"].startswith("cdc_enrich.")}
-    _, history_columns = silver_comments(source, history=True)
-    _, current_columns = silver_comments(source, history=False)
-    create_table(spark, store, commented(silver_store_schema(source), {**history_columns, **current_columns}),
-                 properties={"delta.enableChangeDataFeed": "true", **DELETION_VECTORS_WHEN_LARGE, **facts},
-                 partitioned_by=(KIND_COLUMN,))
+    ensure_store(spark, pipeline, source, lambda: facts)
     names = [f.name for f in silver_store_schema(source).fields]
 
     def rows_of(table: str, kind: str, columns: list[str]) -> str:

@@ -63,16 +63,22 @@ def history_of(spark: SparkSession, pipeline: Pipeline, source: Source) -> DataF
     return kind_rows(spark.table(silver_store_table(pipeline, source)), source, HISTORY_KIND)
 
 
-def store_frame(planned: DataFrame, source: Source) -> DataFrame:
-    """Planned history and current rows (`_target` says which) in the store's columns, stamped
-    now (`_recorded_at` on history rows, `_updated_at` on current rows): what an append writes."""
+def _stamped(planned: DataFrame) -> DataFrame:
+    """Planned history and current rows (`_target` says which) with their kind, stamped now:
+    `_recorded_at` on history rows, `_updated_at` on current rows."""
     now = write_time()
     is_history = F.col("_target") == HISTORY_KIND
-    framed = (
+    return (
         planned.withColumn(KIND_COLUMN, F.col("_target"))
         .withColumn("_recorded_at", F.when(is_history, now))
         .withColumn("_updated_at", F.when(~is_history, now))
     )
+
+
+def store_frame(planned: DataFrame, source: Source) -> DataFrame:
+    """Planned history and current rows in the store's columns, stamped (`_stamped`): what an
+    append writes."""
+    framed = _stamped(planned)
     return framed.select(*[F.col(f.name).cast(f.dataType) if f.name in framed.columns else F.lit(None).cast(f.dataType).alias(f.name)
                            for f in silver_store_schema(source).fields])
 
@@ -93,9 +99,7 @@ def merge_store(name: str, planned: DataFrame, source: Source, bounds: dict[str,
     history_values = {**source_values(silver_history_schema(source).fieldNames()), KIND_COLUMN: f"s.{KIND_COLUMN}"}
     current_values = {**source_values(silver_current_schema(source).fieldNames()), KIND_COLUMN: f"s.{KIND_COLUMN}"}
     replaces = replaces_current("s._sequence", "s._row_hash", "s._deleted", "t._sequence", "t._row_hash", "t._deleted")
-    now = write_time()
-    rows = planned.withColumn(KIND_COLUMN, F.col("_target")).withColumn("_recorded_at", now).withColumn("_updated_at", now)
-    return merge(rows, name, on, [
+    return merge(_stamped(planned), name, on, [
         matched_delete(f"{history} AND s._action = 'delete'"),
         matched_update(history_values, f"{history} AND s._action != 'delete'"),
         matched_update(current_values, f"{current} AND {replaces}"),
