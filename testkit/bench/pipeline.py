@@ -4,8 +4,13 @@ raw Kafka-to-Delta copy of the same records.
 For each batch size B (records per trigger, per query): an isolated pipeline (own topics,
 schemas, checkpoints), the simulator's workload produced once, then, timed one after another:
 the raw copy (`availableNow`, at most B records per trigger), bronze (at most B records per
-trigger and topic), silver (one bronze file per trigger: one bronze batch), gold (one silver
-commit per feed per trigger). Every stage runs its queries as the product does (concurrently).
+trigger and topic), silver (one bronze file per trigger: one bronze batch), gold (Delta's default
+admission, as production runs it: a view's query takes every silver commit written before it
+started). Every stage runs its queries as the product does (concurrently). Gold is not capped
+at one file per trigger: a silver store's commit holds a file per kind (`lakehouse.silver.store`),
+so a cap in files splits a commit's current rows from its history rows and puts each feed's
+current rows in a different trigger (measured on 2026-12-06: 14 gold batches where the earlier
+two-table layout, one file per commit, had 6, and gold 92-104 s against 56 s).
 Gold is verified against the simulator's truth at the end of every size: a fast wrong answer
 does not count.
 
@@ -172,7 +177,7 @@ def bench_pipeline(
             timed("silver", lambda: run_silver(spark, bench, Path(lake), max_files_per_trigger=1), tables)
             for view in bench.views:
                 prepare_view(spark, bench, view_plan(bench, view))
-            timed("gold", lambda: run_gold(spark, bench, Path(lake), max_files_per_trigger=1),
+            timed("gold", lambda: run_gold(spark, bench, Path(lake)),
                   [gold_table(bench, v) for v in bench.views])
             pipeline_s = sum(row["stages"][s]["seconds"] for s in ("bronze", "silver", "gold"))
             row["pipeline_seconds"] = round(pipeline_s, 2)
