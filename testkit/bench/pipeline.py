@@ -10,7 +10,7 @@ started). Every stage runs its queries as the product does (concurrently). Gold 
 at one file per trigger: a silver store's commit holds a file per kind (`lakehouse.silver.store`),
 so a cap in files splits a commit's current rows from its history rows and puts each feed's
 current rows in a different trigger (measured on 2026-12-06: 14 gold batches where the earlier
-two-table layout, one file per commit, had 6, and gold 92-104 s against 56 s).
+two-table layout had 6, and gold 92-104 s against 56 s).
 Gold is verified against the simulator's truth at the end of every size: a fast wrong answer
 does not count.
 
