@@ -147,6 +147,13 @@ def silver_history_schema(source: Source) -> StructType:
     )
 
 
+#: The store's column that says what a row is (`silver_store_schema`), and its two values: a
+#: version of a row (history) and a key's latest row (current).
+KIND_COLUMN = "_kind"
+HISTORY_KIND = "history"
+CURRENT_KIND = "current"
+
+
 def silver_store_schema(source: Source) -> StructType:
     """silver.<source>_store: a source's history and current rows in one Delta table, so that a
     batch reads one table version and writes both kinds in one commit (one MERGE; two tables
@@ -190,13 +197,6 @@ def silver_history_table(pipeline: Pipeline, source: Source) -> str:
 def silver_store_table(pipeline: Pipeline, source: Source) -> str:
     """silver.<source>_store: the Delta table that holds both (`silver_store_schema`)."""
     return pipeline.tables.qualified("silver", f"{source.name}_store")
-
-
-#: The store's column that says what a row is (`silver_store_schema`), and its two values: a
-#: version of a row (history) and a key's latest row (current).
-KIND_COLUMN = "_kind"
-HISTORY_KIND = "history"
-CURRENT_KIND = "current"
 
 
 def held_changes_table(pipeline: Pipeline, source: Source) -> str:

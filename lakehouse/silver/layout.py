@@ -25,9 +25,9 @@ from lakehouse.silver.plan import COMPACTED_BEFORE_PROPERTY, Truncate
 from lakehouse.spark import table_exists
 from lakehouse.silver.store import kind_view_sql
 from lakehouse.tables import (
-    KIND_COLUMN,
     CURRENT_KIND,
     HISTORY_KIND,
+    KIND_COLUMN,
     SEQUENCE_TYPE,
     key_struct,
     late_changes_table,

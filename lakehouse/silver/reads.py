@@ -16,8 +16,8 @@ from lakehouse.silver.layout import compacted_before, toast_rows, toast_table
 from lakehouse.silver.plan import COMPACTED_BEFORE_PROPERTY, history_as_of
 from lakehouse.silver.store import history_of
 from lakehouse.tables import (
-    KIND_COLUMN,
     HISTORY_KIND,
+    KIND_COLUMN,
     late_changes_table,
     silver_history_table,
     silver_store_table,
