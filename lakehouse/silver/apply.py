@@ -200,11 +200,10 @@ def apply_batch(
     stats.changes_read, stats.tombstones, stats.truncates, stats.skipped = (
         summary["changes_read"], summary["tombstones"], summary["truncates"], summary["skipped"]
     )
-    n_changes = summary["distinct_changes"]
-    stats.duplicates = (stats.changes_read - stats.tombstones - stats.truncates - stats.skipped) - n_changes
+    usable = summary["usable_changes"]  # change rows, copies of one change each counted
     batch_truncates: list[Truncate] = sorted({(t["_sequence"], t["_source_ts"]) for t in summary["truncate_events"]})
     ends = snapshot_ends(summary["snapshot_ends"]) if reconciles_snapshots(source) else []
-    if n_changes == 0 and not batch_truncates:
+    if usable == 0 and not batch_truncates:
         return stats
 
     # a snapshot's end reads the bronze table, which is never small
@@ -213,7 +212,7 @@ def apply_batch(
         facts = history_facts(spark, pipeline, source)
         state.learn(spark, pipeline, source, facts)
         known_truncates = list(state.truncates or [])
-        stats.duplicates += len(set(batch_truncates) & set(known_truncates))
+        stats.duplicates = len(set(batch_truncates) & set(known_truncates))
         horizon = facts.compacted_before
         clock.lap("watermarks")
 
@@ -231,13 +230,17 @@ def apply_batch(
             bounds: dict[str, tuple[Any, Any]] = {}  # the keys read reach beyond the batch's own
         else:
             bounds = {k: (summary[f"lo_{k}"], summary[f"hi_{k}"]) for k in _bounded_keys(source)}
-        broadcast = not batch_truncates and n_changes + stats.snapshot_deletes <= BROADCAST_KEYS_LIMIT
-        listed = not batch_truncates and n_changes + stats.snapshot_deletes <= LISTED_KEYS_LIMIT
-        apply_changes(
+        # the change rows bound the distinct changes from above
+        broadcast = not batch_truncates and usable + stats.snapshot_deletes <= BROADCAST_KEYS_LIMIT
+        listed = not batch_truncates and usable + stats.snapshot_deletes <= LISTED_KEYS_LIMIT
+        planned = apply_changes(
             changes, pipeline, source, app_id, batch_id, state, stats, clock,
             batch_truncates=batch_truncates, known_truncates=known_truncates, horizon=horizon, moves=moves,
             bounds=bounds, broadcast=broadcast, listed=listed,
         )
+    # copies of one change in the batch: its change rows less its distinct changes (those planned,
+    # and those a quarantine rule held back; a completed snapshot's deletes are not the batch's rows)
+    stats.duplicates += usable - (planned + stats.held - stats.snapshot_deletes)
     return stats
 
 
@@ -257,10 +260,11 @@ def apply_changes(
     bounds: dict[str, tuple[Any, Any]] | None = None,
     broadcast: bool = False,
     listed: bool = False,
-) -> None:
+) -> int:
     """Apply keyed changes (`changes_from_bronze`'s shape, deduplicated) to the source's silver
     tables: a bronze batch's (`apply_batch`) or changes released from quarantine
-    (`lakehouse.silver.held`). Every write carries (`app_id`:table, `batch_id`) as Delta txn.
+    (`lakehouse.silver.held`); returns how many changes it planned (one per row of `changes`).
+    Every write carries (`app_id`:table, `batch_id`) as Delta txn.
 
     `bounds` (key column -> (lo, hi) covering every key read) lets Delta skip files; `{}` or
     None reads by the touched keys alone. `moves`: some change carries `_old_key`. The touched
@@ -335,6 +339,7 @@ def apply_changes(
         F.count(F.when((target == "change") & F.col("_duplicate"), 1)).alias("duplicates"),
         F.count(F.when((target == "change") & F.col("_out_of_order"), 1)).alias("out_of_order"),
         F.count(F.when((target == "change") & F.col("_late_reason").isNotNull(), 1)).alias("late"),
+        F.count(F.when(target == "change", 1)).alias("changes"),
     ).first()
     stats.history_written, stats.history_removed = c["history_written"], c["history_removed"]
     stats.current_upserted, stats.out_of_order, stats.late = c["current_upserted"], c["out_of_order"], c["late"]
@@ -361,6 +366,7 @@ def apply_changes(
     if stats.late:
         _append(late_records(plan.filter(target == "change"), source), late_changes_table(pipeline), f"{app_id}:late", batch_id)
     clock.done()
+    return int(c["changes"])
 
 
 class _Clock:

@@ -266,7 +266,9 @@ def test_a_key_deleted_and_recreated_has_both_lives_in_history(make_env):
 
 def test_changes_to_one_key_in_one_batch_are_ordered_by_sequence_not_arrival(make_env):
     env = make_env()
-    env.apply(0, ev("u", 3, product(1, "third")), ev("c", 1, product(1, "first")), ev("u", 2, product(1, "second")))
+    second = ev("u", 2, product(1, "second"))
+    stats = env.apply(0, ev("u", 3, product(1, "third")), ev("c", 1, product(1, "first")), second, second)  # one delivered twice
+    assert stats.duplicates == 1 and stats.history_written == 3
     assert env.current()[1]["title"] == "third"
     assert [v[0] for v in versions(env.history(1))] == [seq(1), seq(2), seq(3)]
     assert versions(env.history(1))[0][5] == at(2)
