@@ -83,16 +83,26 @@ def store_frame(planned: DataFrame, source: Source) -> DataFrame:
                            for f in silver_store_schema(source).fields])
 
 
+def _history_sequence(side: str) -> str:
+    """SQL: the sequence of `side`'s row when it is a history row, null on a current row."""
+    return f"IF({side}.{KIND_COLUMN} = '{HISTORY_KIND}', {side}._sequence, NULL)"
+
+
 def merge_store(name: str, planned: DataFrame, source: Source, bounds: dict[str, tuple[Any, Any]]) -> dict[str, int]:
     """One MERGE of a batch's planned history and current rows (`_target`, `_action`) into the
     store `name`: a history row matches its key and sequence (deleted, updated or inserted by its
     action); a current row matches its key and replaces the stored one only when newer
-    (`replaces_current`); a deleted key never seen is not inserted."""
+    (`replaces_current`); a deleted key never seen is not inserted.
+
+    The sequence takes part in the join as an equality of one expression per side (null on
+    current rows, which match by key alone): Spark then joins on kind, key and sequence. As
+    `s._kind = 'current' OR t._sequence = s._sequence` it joined on kind and key and filtered
+    after, pairing each history row of the batch with every stored version of its key."""
     keys = [*source.primary_key]
     on = " AND ".join(
         [key_bounds_sql("t", bounds), f"t.{KIND_COLUMN} = s.{KIND_COLUMN}"]
         + [f"t.{quote(k)} = s.{quote(k)}" for k in keys]
-        + [f"(s.{KIND_COLUMN} = '{CURRENT_KIND}' OR t._sequence = s._sequence)"]
+        + [f"{_history_sequence('t')} <=> {_history_sequence('s')}"]
     )
     history = f"s.{KIND_COLUMN} = '{HISTORY_KIND}'"
     current = f"s.{KIND_COLUMN} = '{CURRENT_KIND}'"
