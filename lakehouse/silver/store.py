@@ -94,10 +94,9 @@ def merge_store(name: str, planned: DataFrame, source: Source, bounds: dict[str,
     action); a current row matches its key and replaces the stored one only when newer
     (`replaces_current`); a deleted key never seen is not inserted.
 
-    The sequence takes part in the join as an equality of one expression per side (null on
-    current rows, which match by key alone): Spark then joins on kind, key and sequence. As
-    `s._kind = 'current' OR t._sequence = s._sequence` it joined on kind and key and filtered
-    after, pairing each history row of the batch with every stored version of its key."""
+    The sequence is an equality of one expression per side (null on current rows, which match
+    by key alone), so Spark joins on kind, key and sequence instead of pairing each history row
+    with every stored version of its key and filtering after."""
     keys = [*source.primary_key]
     on = " AND ".join(
         [key_bounds_sql("t", bounds), f"t.{KIND_COLUMN} = s.{KIND_COLUMN}"]
