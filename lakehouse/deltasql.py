@@ -190,6 +190,12 @@ _FACTS = RecentReads(60.0)
 GROWN_ROWS = 10_000
 
 
+def num_files(spark: SparkSession, table: str) -> int:
+    """How many data files a Delta table holds now (its log, no scan; never cached: callers
+    decide what to read from it)."""
+    return int(spark.sql(f"DESCRIBE DETAIL {table}").first()["numFiles"])
+
+
 def table_facts(spark: SparkSession, name: str) -> TableFacts:
     """A Delta table's `TableFacts` (`DESCRIBE DETAIL`, from the log: no scan), read at most
     once a minute per Spark application (`RecentReads`)."""

@@ -135,8 +135,8 @@ from lakehouse.gold.delta import (  # noqa: F401
     merge_subscriptions,
     merge_into_gold,
     live_rows,
-    num_files,
 )
+from lakehouse.deltasql import num_files  # noqa: F401
 from lakehouse.gold.runner import (  # noqa: F401
     ViewRun,
     GoldReport,

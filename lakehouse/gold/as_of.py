@@ -37,10 +37,12 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 
 from lakehouse.declaration import Pipeline, Source, View
-from lakehouse.deltasql import DELETION_VECTORS_WHEN_LARGE, create_table, matched_delete, matched_update, merge, not_matched_insert, source_values
+from lakehouse.deltasql import (
+    DELETION_VECTORS_WHEN_LARGE, create_table, matched_delete, matched_update, merge, not_matched_insert, num_files, source_values,
+)
 from lakehouse.frames import local_frame
 from lakehouse.gold import expression_join
-from lakehouse.gold.delta import append_tagged, ensure_gold_table, insert_new_rows, merge_into_gold, num_files, table_rows
+from lakehouse.gold.delta import append_tagged, ensure_gold_table, insert_new_rows, merge_into_gold, table_rows
 from lakehouse.gold.clock import PhaseClock
 from lakehouse.gold.feeds import Feed, feed_fields, silver_feed
 from lakehouse.gold.frames import alias_frame, gold_merge_source, union_all, view_rows

@@ -178,11 +178,6 @@ def record_subscriptions(spark: SparkSession, gold: str, maintained: bool) -> No
     spark.sql(f"ALTER TABLE {gold} SET TBLPROPERTIES ({string_literal(SUBSCRIPTIONS_PROPERTY)} = {string_literal(value)})")
 
 
-def num_files(spark: SparkSession, table: str) -> int:
-    """How many data files a Delta table holds (metadata only, no scan)."""
-    return int(spark.sql(f"DESCRIBE DETAIL {table}").first()["numFiles"])
-
-
 def append_tagged(rows: DataFrame, table: str, app_id: str | None = None, version: int | None = None) -> int:
     """Append `rows` to `table` under the batch's txn tag (`tables.delta_txn`); the rows written,
     from the commit's metrics (0 when the tag was applied already and Delta skipped the append)."""

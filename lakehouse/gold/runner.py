@@ -11,7 +11,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from lakehouse.declaration import ForeignKey, Pipeline, Source
-from lakehouse.deltasql import deletion_vectors_if_grown
+from lakehouse.deltasql import deletion_vectors_if_grown, num_files
 from lakehouse.gold import as_of, expression_join, windowed
 from lakehouse.gold.applied import APPLIED, collected_moves
 from lakehouse.gold.clock import PhaseClock
@@ -29,7 +29,6 @@ from lakehouse.gold.cost import (
 )
 from lakehouse.gold.delta import (
     append_tagged,
-    num_files,
     fill_subscriptions,
     forget_table_rows,
     ensure_gold_table,

@@ -15,6 +15,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import DecimalType, StringType, StructField, StructType, TimestampType
 
 from lakehouse.declaration import Pipeline, Source
+from lakehouse.deltasql import num_files
 from lakehouse.execution import session_settings, small_work_settings
 from lakehouse.frames import local_frame
 from lakehouse.silver.held import hold_changes
@@ -51,6 +52,7 @@ from lakehouse.silver.plan import (
 )
 from lakehouse.silver.snapshots import (
     SnapshotEnd,
+    ends_to_reconcile,
     reconciles_snapshots,
     reconciliation_deletes,
     snapshot_ends,
@@ -162,11 +164,13 @@ def plan_batch(
 @dataclass
 class StreamState:
     """What one stream knows between batches, being the only writer of these tables: the
-    source's truncates and whether any TOAST placeholder was ever recorded. Saves two reads
-    per batch; `None` fields are learnt in the first batch (`learn`)."""
+    source's truncates, whether any TOAST placeholder was ever recorded, and whether its store
+    holds a row. Saves reads per batch; `None` fields are learnt in the first batch that needs
+    them (`learn`; the store's rows by `apply_batch`, for a large batch or a snapshot's end)."""
 
     truncates: list[Truncate] | None = None
     has_toast: bool | None = None
+    store_has_rows: bool | None = None
 
     def learn(self, spark: SparkSession, pipeline: Pipeline, source: Source, facts: HistoryFacts) -> None:
         """Fill in what is not known yet, from the history table's `facts` where they tell
@@ -203,6 +207,10 @@ def apply_batch(
     usable = summary["usable_changes"]  # change rows, copies of one change each counted
     batch_truncates: list[Truncate] = sorted({(t["_sequence"], t["_source_ts"]) for t in summary["truncate_events"]})
     ends = snapshot_ends(summary["snapshot_ends"]) if reconciles_snapshots(source) else []
+    if state.store_has_rows is None and (ends or usable > LISTED_KEYS_LIMIT):  # a source's first load reads no store
+        state.store_has_rows = num_files(spark, silver_store_table(pipeline, source)) > 0
+    if ends:
+        ends = ends_to_reconcile(ends, summary["first_sequence"], state.store_has_rows is not False)
     if usable == 0 and not batch_truncates:
         return stats
 
@@ -226,6 +234,7 @@ def apply_batch(
                 changes = changes.unionByName(deletes, allowMissingColumns=True).localCheckpoint(eager=True)
         if source.quarantine_rules:  # after the snapshot's reconciliation: a held snapshot row still holds its key
             changes, stats.held = hold_changes(pipeline, source, changes, f"{app_id}:held", batch_id)
+        clock.lap("changes")
         if batch_truncates or moves or stats.snapshot_deletes:
             bounds: dict[str, tuple[Any, Any]] = {}  # the keys read reach beyond the batch's own
         else:
@@ -297,15 +306,20 @@ def apply_changes(
     if broadcast:
         touched = F.broadcast(touched)
     in_range = key_bounds_condition(None, bounds)
-    if listed:
+    if listed and state.store_has_rows is not False:
         in_range = in_range & keys_in(touched.collect(), source)
 
     def of_touched(table: DataFrame) -> DataFrame:
         """The table's rows of the touched keys (within the batch's key bounds)."""
         return table.filter(in_range) if listed else table.filter(in_range).join(touched, keys, "left_semi")
 
-    # both kinds of row of the touched keys in one scan of the store: the plan's reads
-    stored = of_touched(store).localCheckpoint(eager=True)
+    if state.store_has_rows is False:
+        # an empty store: no rows, no job, and the plan's joins with them fold away (Spark
+        # replaces a limit of zero with an empty relation)
+        stored = store.limit(0)
+    else:
+        # both kinds of row of the touched keys in one scan of the store: the plan's reads
+        stored = of_touched(store).localCheckpoint(eager=True)
     existing = kind_rows(stored, source, HISTORY_KIND)
     if state.has_toast is None:
         state.has_toast = toast_recorded(spark, pipeline, source)
@@ -362,6 +376,7 @@ def apply_changes(
     if stats.history_written or stats.history_removed or stats.current_upserted:
         _write_planned(plan.filter(target.isin(HISTORY_KIND, CURRENT_KIND)), store_name, source, f"{app_id}:store", batch_id,
                        c["history_rewrites"] == 0 and c["current_rewrites"] == 0, bounds)
+        state.store_has_rows = True
         clock.lap("write")
     if stats.late:
         _append(late_records(plan.filter(target == "change"), source), late_changes_table(pipeline), f"{app_id}:late", batch_id)

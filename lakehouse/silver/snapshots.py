@@ -90,6 +90,25 @@ def versions(frame: DataFrame, source: Source) -> DataFrame:
     return frame.select(*source.primary_key, "_sequence", "_deleted")
 
 
+def ends_to_reconcile(ends: Sequence[SnapshotEnd], first_sequence: Decimal | None, store_has_rows: bool) -> list[SnapshotEnd]:
+    """The snapshot ends a batch must reconcile: those with a key that may be alive just before
+    them. With no row in the store, only the batch's own changes before a snapshot can be
+    (`first_sequence`: the least sequence among them), so a source's first snapshot into an
+    empty silver, its initial load, deletes nothing and reads no bronze.
+
+    >>> ends = [(Decimal(10), None), (Decimal(20), None)]
+    >>> ends_to_reconcile(ends, Decimal(10), store_has_rows=False)  # the batch starts with the first snapshot
+    [(Decimal('20'), None)]
+    >>> ends_to_reconcile(ends, Decimal(5), store_has_rows=False) == ends  # a change before it
+    True
+    >>> ends_to_reconcile(ends, Decimal(30), store_has_rows=True) == ends
+    True
+    """
+    if store_has_rows:
+        return list(ends)
+    return [end for end in ends if first_sequence is not None and first_sequence < end[0]]
+
+
 def snapshot_ends(summary_ends: Sequence[Any]) -> list[SnapshotEnd]:
     """The distinct snapshot ends of a batch summary, oldest first."""
     return sorted({(e["_sequence"], e["_source_ts"]) for e in summary_ends})

@@ -449,6 +449,17 @@ def test_a_new_snapshot_deletes_the_keys_it_no_longer_holds_and_an_old_one_repla
     assert set(env.live()) == {1, 4}
 
 
+def test_a_first_snapshot_into_an_empty_silver_still_deletes_a_key_its_batch_created_before_it(make_env):
+    """With no silver row yet, only the batch's own changes before a snapshot can be alive at it:
+    a key created there and absent from the snapshot is deleted, as on a table with rows (the
+    initial load, with nothing before its snapshot, reads no bronze to reconcile)."""
+    env = make_env()
+    stats = env.apply(0, ev("c", 5, product(9, "created, then deleted unseen")), *snapshot(10, product(1, "a"), product(2, "b")))
+    assert stats.snapshot_deletes == 1
+    assert set(env.live()) == {1, 2}
+    assert versions(env.history(9))[-1][:3] == (seq(10, "d"), "d", True)
+
+
 @pytest.mark.parametrize("made", ["with the facts", "before the facts"])
 def test_a_stream_started_later_learns_the_truncates_and_placeholders_recorded_before_it(make_env, made):
     """What a stream keeps between batches (the source's truncates; whether TOAST placeholders were
