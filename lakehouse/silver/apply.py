@@ -313,10 +313,11 @@ def apply_changes(
         """The table's rows of the touched keys (within the batch's key bounds)."""
         return table.filter(in_range) if listed else table.filter(in_range).join(touched, keys, "left_semi")
 
-    if state.store_has_rows is False:
-        # an empty store: no rows, no job, and the plan's joins with them fold away (Spark
-        # replaces a limit of zero with an empty relation)
-        stored = store.limit(0)
+    if state.store_has_rows is False and not moves:
+        # an empty store: no rows, no job, and the plan's joins with them fold away (Spark's
+        # analyzer fails on `inherit_moved_values`' join of a checkpoint back to a timeline
+        # that came from an empty relation, so a batch with key changes reads the store)
+        stored = local_frame(spark, [], store.schema)
     else:
         # both kinds of row of the touched keys in one scan of the store: the plan's reads
         stored = of_touched(store).localCheckpoint(eager=True)

@@ -556,6 +556,15 @@ def test_a_key_change_a_new_snapshot_already_holds_takes_the_snapshots_value(mak
     assert set(env.live()) == {7} and env.live()[7]["description"] == "new text"
 
 
+def test_a_first_load_whose_snapshot_a_key_change_follows_moves_the_snapshots_value(make_env):
+    """A source's first batch into an empty silver (its snapshot, then `UPDATE .. SET id = ..` with
+    the placeholder): the new key takes the value the snapshot gave the old one."""
+    env = make_env()
+    stats = env.apply(0, *snapshot(10, product(1, "one", description="snap text")), *key_move(12, 1, product(7, "one")))
+    assert stats.snapshot_deletes == 0
+    assert set(env.live()) == {7} and env.live()[7]["description"] == "snap text"
+
+
 # --------------------------------------------------------------------------- 7. change data feed
 
 
