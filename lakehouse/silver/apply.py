@@ -245,7 +245,7 @@ def apply_batch(
         planned = apply_changes(
             changes, pipeline, source, app_id, batch_id, state, stats, clock,
             batch_truncates=batch_truncates, known_truncates=known_truncates, horizon=horizon, moves=moves,
-            bounds=bounds, broadcast=broadcast, listed=listed,
+            bounds=bounds, broadcast=broadcast, listed=listed, placeholders=summary["placeholders"] > 0,
         )
     # copies of one change in the batch: its change rows less its distinct changes (those planned,
     # and those a quarantine rule held back; a completed snapshot's deletes are not the batch's rows)
@@ -269,6 +269,7 @@ def apply_changes(
     bounds: dict[str, tuple[Any, Any]] | None = None,
     broadcast: bool = False,
     listed: bool = False,
+    placeholders: bool = True,
 ) -> int:
     """Apply keyed changes (`changes_from_bronze`'s shape, deduplicated) to the source's silver
     tables: a bronze batch's (`apply_batch`) or changes released from quarantine
@@ -276,7 +277,9 @@ def apply_changes(
     Every write carries (`app_id`:table, `batch_id`) as Delta txn.
 
     `bounds` (key column -> (lo, hi) covering every key read) lets Delta skip files; `{}` or
-    None reads by the touched keys alone. `moves`: some change carries `_old_key`. The touched
+    None reads by the touched keys alone. `moves`: some change carries `_old_key`; `placeholders`:
+    some change may carry a TOAST placeholder (False skips their resolution where the store has
+    recorded none either). The touched
     keys reach the table scans as a broadcast semi join (`broadcast`), or, in a batch of at most
     `LISTED_KEYS_LIMIT` keys (`listed`), collected and listed in the scans' filter (`keys_in`):
     measured on a two-change batch, 105 Spark stages instead of 125."""
@@ -335,7 +338,7 @@ def apply_changes(
         existing = existing.localCheckpoint(eager=True)
     existing_current = kind_rows(stored, source, CURRENT_KIND)
     clock.lap("read")
-    timeline = build_timeline(existing, changes, all_truncates, source).localCheckpoint(eager=True)
+    timeline = build_timeline(existing, changes, all_truncates, source, placeholders or bool(state.has_toast)).localCheckpoint(eager=True)
     clock.lap("timeline")
     floor = max(known_truncates) if known_truncates else None
     plan = plan_batch(

@@ -134,9 +134,11 @@ def truncates_from_bronze(bronze: DataFrame) -> DataFrame:
 def batch_summary(bronze: DataFrame, source: Source) -> Column:
     """One aggregation over a batch: counts, the truncate events, the snapshot ends
     (`lakehouse.silver.snapshots`) and the min/max of each boundable key column (for file
-    skipping), and the least sequence of a change (`first_sequence`). `usable_changes` counts the change rows with a key and a sequence, each copy of
-    a change apart: an exact distinct count here is a second aggregation (0.6-1.1 s of a
-    warm 100k-row batch's summary, 2026-12-06), and the distinct changes are counted for free once
+    skipping), the least sequence of a change (`first_sequence`), and the changes that may carry
+    a TOAST placeholder (`placeholders`, counted from bronze's list of them, whatever its
+    columns). `usable_changes` counts the change rows with a key and a sequence, each copy of a
+    change apart: an exact distinct count here is a second aggregation (0.6-1.1 s of a warm
+    100k-row batch's summary, 2026-12-06), and the distinct changes are counted for free once
     deduplicated (`apply_changes`)."""
     op = F.col("_op")
     key_cols = [F.coalesce(F.col(f"_key.{k}"), F.col(f"_after.{k}"), F.col(f"_before.{k}")) for k in source.primary_key]
@@ -146,7 +148,8 @@ def batch_summary(bronze: DataFrame, source: Source) -> Column:
     usable_change = op.isin(*CHANGE_OPS) & F.col("_sequence").isNotNull() & keyed
     usable_truncate = (op == TRUNCATE_OP) & F.col("_sequence").isNotNull()
     ends_snapshot = usable_change & (op == "r") & F.col("_source_snapshot").isin(*SNAPSHOT_END_MARKERS)
-    moved = usable_change & (op != "d") & F.col("_unavailable_columns").isNotNull() & _old_key_column(bronze, source).isNotNull()
+    carries_placeholder = usable_change & (op != "d") & (F.length(F.coalesce(F.col("_unavailable_columns"), F.lit(""))) > 0)
+    moved = carries_placeholder & _old_key_column(bronze, source).isNotNull()
     ts = F.timestamp_millis(F.coalesce(F.col("_source_ts_ms"), F.col("_event_ts_ms")))
     bounds = []
     for k, expr in zip(source.primary_key, key_cols):
@@ -160,6 +163,7 @@ def batch_summary(bronze: DataFrame, source: Source) -> Column:
         F.count(F.when(usable_change, 1)).alias("usable_changes"),
         F.min(F.when(usable_change, F.col("_sequence"))).alias("first_sequence"),
         F.count(F.when(moved, 1)).alias("moves_with_placeholders"),
+        F.count(F.when(carries_placeholder, 1)).alias("placeholders"),
         F.collect_list(F.when(usable_truncate, F.struct(F.col("_sequence"), ts.alias("_source_ts")))).alias("truncate_events"),
         F.collect_set(F.when(ends_snapshot, F.struct(F.col("_sequence"), ts.alias("_source_ts")))).alias("snapshot_ends"),
         *bounds,
@@ -308,14 +312,19 @@ def inherit_moved_values(versions: DataFrame, source: Source) -> DataFrame:
     return versions
 
 
-def build_timeline(existing: DataFrame, changes: DataFrame, truncates: Sequence[Truncate], source: Source) -> DataFrame:
+def build_timeline(
+    existing: DataFrame, changes: DataFrame, truncates: Sequence[Truncate], source: Source, placeholders: bool = True
+) -> DataFrame:
     """The full recomputed history of the keys in `existing` and `changes`.
 
     `existing`: stored history rows of the touched keys (history layout + `_unavailable`).
     `changes`: deduplicated new changes (`dedupe_changes`). A change whose (key, sequence) is
     already stored is a duplicate and ignored. Stored derived truncate versions are recomputed
     from the real versions, except one with no real version before it (history compacted):
-    nothing can contradict it, so it is kept.
+    nothing can contradict it, so it is kept. With no truncate (the source's, all of them) there
+    is no derived version, stored or new: a truncate is recorded before any version it derives.
+    `placeholders`: whether a version may carry a TOAST placeholder (False: none in `existing`
+    nor in `changes`, and their resolution is skipped).
     Returns the history layout (without `_recorded_at`) plus `_unavailable`.
     """
     keys = _keys(source)
@@ -332,20 +341,11 @@ def build_timeline(existing: DataFrame, changes: DataFrame, truncates: Sequence[
     if moves:
         stored_real = stored_real.withColumn("_old_key", F.lit(None).cast(key_struct(source)))
     real = stored_real.unionByName(new)
-    derived = derive_truncate_versions(real, truncates, source)
-    first_real = real.groupBy(*keys).agg(F.min("_sequence").alias("_first_real"))
-    pinned = (
-        stored.filter(F.col("_op") == TRUNCATE_OP)
-        .join(first_real, keys, "left")
-        .filter(F.col("_first_real").isNull() | (F.col("_sequence") < F.col("_first_real")))
-        .select(*cols)
-    )
-    derived_all = pinned.unionByName(derived).dropDuplicates([*keys, "_sequence"])
-    derived_all = derived_all.join(real.select(*keys, "_sequence"), [*keys, "_sequence"], "left_anti")
-    versions = real.unionByName(derived_all, allowMissingColumns=True)
+    versions = real.unionByName(_truncate_versions(stored, real, truncates, source), allowMissingColumns=True) if truncates else real
     if moves:
         versions = inherit_moved_values(versions, source).drop("_old_key")
-    versions = resolve_placeholders(versions, source)
+    if placeholders:
+        versions = resolve_placeholders(versions, source)
     w = Window.partitionBy(*keys).orderBy("_sequence")
     return versions.select(
         *source.column_names,
@@ -358,6 +358,22 @@ def build_timeline(existing: DataFrame, changes: DataFrame, truncates: Sequence[
         F.lead("_sequence").over(w).alias("_valid_to_sequence"),
         "_unavailable",
     )
+
+
+def _truncate_versions(stored: DataFrame, real: DataFrame, truncates: Sequence[Truncate], source: Source) -> DataFrame:
+    """The derived truncate versions of a timeline (`build_timeline`): those the truncates make
+    of the `real` versions, and the `stored` ones with no real version before them."""
+    keys = _keys(source)
+    derived = derive_truncate_versions(real, truncates, source)
+    first_real = real.groupBy(*keys).agg(F.min("_sequence").alias("_first_real"))
+    pinned = (
+        stored.filter(F.col("_op") == TRUNCATE_OP)
+        .join(first_real, keys, "left")
+        .filter(F.col("_first_real").isNull() | (F.col("_sequence") < F.col("_first_real")))
+        .select(*stored.columns)
+    )
+    derived_all = pinned.unionByName(derived).dropDuplicates([*keys, "_sequence"])
+    return derived_all.join(real.select(*keys, "_sequence"), [*keys, "_sequence"], "left_anti")
 
 
 _HISTORY_COMPARED = ("_row_hash", "_op", "_deleted", "_valid_from", "_valid_to", "_valid_to_sequence")
