@@ -277,12 +277,12 @@ def apply_changes(
     Every write carries (`app_id`:table, `batch_id`) as Delta txn.
 
     `bounds` (key column -> (lo, hi) covering every key read) lets Delta skip files; `{}` or
-    None reads by the touched keys alone. `moves`: some change carries `_old_key`; `placeholders`:
-    some change may carry a TOAST placeholder (False skips their resolution where the store has
-    recorded none either). The touched
-    keys reach the table scans as a broadcast semi join (`broadcast`), or, in a batch of at most
-    `LISTED_KEYS_LIMIT` keys (`listed`), collected and listed in the scans' filter (`keys_in`):
-    measured on a two-change batch, 105 Spark stages instead of 125."""
+    None reads by the touched keys alone. `moves`: some change carries `_old_key`;
+    `placeholders`: some change may carry a TOAST placeholder (False skips their resolution
+    where the store has recorded none either). The touched keys reach the table scans as a
+    broadcast semi join (`broadcast`), or, in a batch of at most `LISTED_KEYS_LIMIT` keys
+    (`listed`), collected and listed in the scans' filter (`keys_in`): measured on a two-change
+    batch, 105 Spark stages instead of 125."""
     spark = changes.sparkSession
     keys = _keys(source)
     bounds = bounds or {}
