@@ -308,22 +308,22 @@ def apply_changes(
     touched = touched.distinct()
     if broadcast:
         touched = F.broadcast(touched)
+    # an empty store is not read (Spark's analyzer fails on `inherit_moved_values`' join of a
+    # checkpoint back to a timeline that came from an empty relation: a batch with key changes reads it)
+    reads_store = state.store_has_rows is not False or moves
     in_range = key_bounds_condition(None, bounds)
-    if listed and state.store_has_rows is not False:
+    if listed and reads_store:
         in_range = in_range & keys_in(touched.collect(), source)
 
     def of_touched(table: DataFrame) -> DataFrame:
         """The table's rows of the touched keys (within the batch's key bounds)."""
         return table.filter(in_range) if listed else table.filter(in_range).join(touched, keys, "left_semi")
 
-    if state.store_has_rows is False and not moves:
-        # an empty store: no rows, no job, and the plan's joins with them fold away (Spark's
-        # analyzer fails on `inherit_moved_values`' join of a checkpoint back to a timeline
-        # that came from an empty relation, so a batch with key changes reads the store)
-        stored = local_frame(spark, [], store.schema)
-    else:
+    if reads_store:
         # both kinds of row of the touched keys in one scan of the store: the plan's reads
         stored = of_touched(store).localCheckpoint(eager=True)
+    else:  # no rows, no job, and the plan's joins with them fold away
+        stored = local_frame(spark, [], store.schema)
     existing = kind_rows(stored, source, HISTORY_KIND)
     if state.has_toast is None:
         state.has_toast = toast_recorded(spark, pipeline, source)
