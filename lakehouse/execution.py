@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from contextlib import ExitStack, contextmanager
 from types import MappingProxyType
-from typing import Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from pyspark.sql import SparkSession
+from pyspark.errors import PySparkAssertionError
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
 
 from lakehouse.deltasql import session_setting, table_facts
 
@@ -70,3 +71,24 @@ def small_work_settings(spark: SparkSession, change_rows: int, tables: Sequence[
         return {}
     sizes = [table_facts(spark, name).size_bytes for name in tables]
     return SMALL_WORK_SETTINGS if is_small_work(change_rows, sizes) else {}
+
+
+def checkpoint_observing(
+    df: DataFrame, metrics: Sequence[Column], then: Callable[[DataFrame], DataFrame] = lambda d: d
+) -> tuple[DataFrame, dict[str, Any]]:
+    """`then(df)` materialized (`localCheckpoint`), and the aggregates `metrics` (aliased) over
+    every row of `df`, computed by the same Spark job (an `Observation` on `df`, which `then`'s
+    filters do not reach below) instead of an aggregation of its own that reads `df` again.
+    Where the checkpoint brings no metrics back (a Spark Connect client gets them only with a
+    query's results), they are computed by that aggregation.
+
+    >>> done, m = checkpoint_observing(spark.range(5), [F.count(F.lit(1)).alias("n")], lambda d: d.filter("id > 2"))
+    >>> done.count(), m["n"]
+    (2, 5)
+    """
+    observation = Observation()
+    done = then(df.observe(observation, *metrics)).localCheckpoint(eager=True)
+    try:
+        return done, observation.get
+    except PySparkAssertionError:  # no metrics came back with the checkpoint
+        return done, df.select(*metrics).first().asDict(recursive=False)

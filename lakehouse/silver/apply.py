@@ -16,7 +16,7 @@ from pyspark.sql.types import DecimalType, StringType, StructField, StructType, 
 
 from lakehouse.declaration import Pipeline, Source
 from lakehouse.deltasql import num_files
-from lakehouse.execution import session_settings, small_work_settings
+from lakehouse.execution import checkpoint_observing, session_settings, small_work_settings
 from lakehouse.frames import local_frame
 from lakehouse.silver.held import hold_changes
 from lakehouse.silver.layout import (
@@ -189,17 +189,20 @@ def apply_batch(
     Safe to call again with the same `batch_id` (a replay): every write carries
     (`app_id`:table, `batch_id`) as Delta txn, and planning from the tables' state makes the
     replay a no-op anyway. Work is proportional to the keys in the batch (a truncate touches
-    every key alive at it). Spark jobs: one aggregation over the batch, then the changes, the
-    touched keys' stored history and current rows, the timeline and the plan are each
-    materialized once (a small batch collects its touched keys first, `apply_changes`), one
-    count, then the writes. A few changes into small tables run with the settings for a few
+    every key alive at it). Spark jobs: the batch's change rows materialized by the job that
+    sums the batch up (one read of bronze), then the deduplicated changes, the touched keys'
+    stored history and current rows, the timeline and the plan (counted as it is materialized)
+    each once (a small batch collects its touched keys first, `apply_changes`), then the writes. A few changes into small tables run with the settings for a few
     rows (`lakehouse.execution`).
     """
     spark = batch_df.sparkSession
     state = state if state is not None else StreamState()
     clock = _Clock(f"silver {source.name} batch {batch_id}")
     stats = SilverStats(batches=1)
-    summary = batch_df.select(batch_summary(batch_df, source).alias("s")).first()["s"]
+    # the batch's change rows materialized by the job that sums the batch up: bronze is read once
+    rows, observed = checkpoint_observing(batch_df, [batch_summary(batch_df, source).alias("s")],
+                                          lambda bronze: changes_from_bronze(bronze, source))
+    summary = observed["s"]
     clock.lap("summary")
     stats.changes_read, stats.tombstones, stats.truncates, stats.skipped = (
         summary["changes_read"], summary["tombstones"], summary["truncates"], summary["skipped"]
@@ -225,7 +228,7 @@ def apply_batch(
         clock.lap("watermarks")
 
         moves = summary["moves_with_placeholders"] > 0
-        changes = dedupe_changes(changes_from_bronze(batch_df, source), source)
+        changes = dedupe_changes(rows, source)
         changes = (changes if moves else changes.drop("_old_key")).localCheckpoint(eager=True)
         if ends:
             deletes = _reconcile_snapshots(batch_df, pipeline, source, changes, ends)
@@ -341,13 +344,10 @@ def apply_changes(
     timeline = build_timeline(existing, changes, all_truncates, source, placeholders or bool(state.has_toast)).localCheckpoint(eager=True)
     clock.lap("timeline")
     floor = max(known_truncates) if known_truncates else None
-    plan = plan_batch(
-        timeline, changes, existing, existing_current, floor, pipeline.options.late_grace_days, horizon, source
-    ).localCheckpoint(eager=True)
-    clock.lap("plan")
-
     target, action = F.col("_target"), F.col("_action")
-    c = plan.groupBy().agg(
+    plan, c = checkpoint_observing(plan_batch(
+        timeline, changes, existing, existing_current, floor, pipeline.options.late_grace_days, horizon, source
+    ), [
         F.count(F.when((target == "history") & (action != "delete"), 1)).alias("history_written"),
         F.count(F.when((target == "history") & (action == "delete"), 1)).alias("history_removed"),
         F.count(F.when((target == "history") & (action != "insert"), 1)).alias("history_rewrites"),
@@ -358,11 +358,11 @@ def apply_changes(
         F.count(F.when((target == "change") & F.col("_out_of_order"), 1)).alias("out_of_order"),
         F.count(F.when((target == "change") & F.col("_late_reason").isNotNull(), 1)).alias("late"),
         F.count(F.when(target == "change", 1)).alias("changes"),
-    ).first()
+    ])  # counted by the job that materializes the plan
     stats.history_written, stats.history_removed = c["history_written"], c["history_removed"]
     stats.current_upserted, stats.out_of_order, stats.late = c["current_upserted"], c["out_of_order"], c["late"]
     stats.duplicates += c["duplicates"]
-    clock.lap("count")
+    clock.lap("plan")
 
     # Writes, each tagged with its own txn appId. The facts the plan derives from (truncates,
     # TOAST placeholders) go first, so a crash between writes replans the same result.
