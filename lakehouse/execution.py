@@ -16,7 +16,6 @@ from contextlib import ExitStack, contextmanager
 from types import MappingProxyType
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from pyspark.errors import PySparkAssertionError
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 
 from lakehouse.deltasql import session_setting, table_facts
@@ -73,22 +72,29 @@ def small_work_settings(spark: SparkSession, change_rows: int, tables: Sequence[
     return SMALL_WORK_SETTINGS if is_small_work(change_rows, sizes) else {}
 
 
+def observed_metrics(observation: Observation) -> dict[str, Any] | None:
+    """The metrics an `Observation` collected, or None when its query did not run (Delta skipped
+    a replayed write without executing it) or brought none back (a Spark Connect checkpoint)."""
+    try:
+        metrics = observation.get
+    except Exception:  # noqa: BLE001 - none: Connect's PySparkAssertionError, py4j's AssertionError from the JVM
+        return None
+    return metrics or None
+
+
 def checkpoint_observing(
     df: DataFrame, metrics: Sequence[Column], then: Callable[[DataFrame], DataFrame] = lambda d: d
 ) -> tuple[DataFrame, dict[str, Any]]:
     """`then(df)` materialized (`localCheckpoint`), and the aggregates `metrics` (aliased) over
     every row of `df`, computed by the same Spark job (an `Observation` on `df`, which `then`'s
     filters do not reach below) instead of an aggregation of its own that reads `df` again.
-    Where the checkpoint brings no metrics back (a Spark Connect client gets them only with a
-    query's results), they are computed by that aggregation.
+    Where the checkpoint brings no metrics back, they are computed by that aggregation.
 
-    >>> done, m = checkpoint_observing(spark.range(5), [F.count(F.lit(1)).alias("n")], lambda d: d.filter("id > 2"))
-    >>> done.count(), m["n"]
+    >>> kept, m = checkpoint_observing(spark.range(5), [F.count(F.lit(1)).alias("n")], lambda d: d.filter("id > 2"))
+    >>> kept.count(), m["n"]
     (2, 5)
     """
     observation = Observation()
     done = then(df.observe(observation, *metrics)).localCheckpoint(eager=True)
-    try:
-        return done, observation.get
-    except PySparkAssertionError:  # no metrics came back with the checkpoint
-        return done, df.select(*metrics).first().asDict(recursive=False)
+    found = observed_metrics(observation)
+    return done, found if found is not None else df.select(*metrics).first().asDict(recursive=False)

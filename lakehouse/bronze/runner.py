@@ -29,6 +29,7 @@ from lakehouse.bronze.fast_sql import KAFKA_COLUMNS, PARSERS, STREAM
 from lakehouse.bronze.tables import ensure_bronze_tables
 from lakehouse.declaration import Pipeline, Source
 from lakehouse.errors import CdcEnrichError
+from lakehouse.execution import observed_metrics
 from lakehouse.kafka import KafkaConnection, as_connection, check_connection, kafka_connection
 from lakehouse.checkpoints import query_id, uncommitted_batch
 from lakehouse.metrics import recording_metrics
@@ -165,10 +166,7 @@ def counted(decoded: DataFrame, name: str) -> tuple[DataFrame, Observation]:
 def _observed(observation: Observation) -> dict[str, int] | None:
     """The metrics an Observation collected, or None when its query did not run (Delta
     skipped a replayed append without executing it)."""
-    try:
-        metrics = observation.get
-    except Exception:  # noqa: BLE001 - no metrics: py4j raises an AssertionError from the JVM
-        return None
+    metrics = observed_metrics(observation)
     return {k: int(v) for k, v in metrics.items()} if metrics else None
 
 
