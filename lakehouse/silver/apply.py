@@ -192,8 +192,9 @@ def apply_batch(
     every key alive at it). Spark jobs: the batch's change rows materialized by the job that
     sums the batch up (one read of bronze), then the deduplicated changes, the touched keys'
     stored history and current rows, the timeline and the plan (counted as it is materialized)
-    each once (a small batch collects its touched keys first, `apply_changes`), then the writes. A few changes into small tables run with the settings for a few
-    rows (`lakehouse.execution`).
+    each once (a small batch collects its touched keys first, `apply_changes`), then the
+    writes. A few changes into small tables run with the settings for a few rows
+    (`lakehouse.execution`).
     """
     spark = batch_df.sparkSession
     state = state if state is not None else StreamState()
