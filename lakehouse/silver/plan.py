@@ -19,6 +19,7 @@ from pyspark.sql.types import (
 )
 
 from lakehouse.deltasql import sql_literal
+from lakehouse.execution import SMALL_WORK_SETTINGS, checkpoint_observing, is_small_work, session_settings
 from lakehouse.frames import local_frame
 from lakehouse.sqltext import quote
 from lakehouse.declaration import Source
@@ -263,7 +264,39 @@ def inherit_moved_values(versions: DataFrame, source: Source) -> DataFrame:
     (a snapshot taken while changes commit reads past its LSN, and the changes after that LSN
     are streamed again). It resolves from that version like an update, not from the old key,
     whose last version silver holds may predate the move.
+
+    Only the versions of the movers' keys and their old keys take part (`_moving_keys`): the
+    passes read those alone, with the settings for a few rows when they are few
+    (`lakehouse.execution`), and every other version passes through as it came.
     """
+    keys = _keys(source)
+    involved = _moving_keys(versions, source)
+    # materialized once for every pass, and counted by the job that does it
+    moving, seen = checkpoint_observing(versions.join(involved, keys, "left_semi"), [F.count(F.lit(1)).alias("rows")])
+    still = versions.join(involved, keys, "left_anti")
+    small = SMALL_WORK_SETTINGS if is_small_work(seen["rows"], []) else {}
+    with session_settings(versions.sparkSession, small):
+        moved = _inherit_passes(moving, source)
+    log.debug("%s: %d versions of moved and donor keys, settings for a few rows: %s", source.name, seen["rows"], bool(small))
+    return still.unionByName(moved)
+
+
+def _moving_keys(versions: DataFrame, source: Source) -> DataFrame:
+    """The keys whose versions a move can change or give values to: each version carrying an
+    `_old_key` names its own key and that old key (materialized: versions are split by it twice)."""
+    keys = _keys(source)
+    movers = versions.filter(F.col("_old_key").isNotNull())
+    return (
+        movers.select(*keys)
+        .unionByName(movers.select(*[F.col(f"_old_key.{k}").alias(k) for k in keys]))
+        .distinct()
+        .localCheckpoint(eager=True)
+    )
+
+
+def _inherit_passes(versions: DataFrame, source: Source) -> DataFrame:
+    """`inherit_moved_values` pass by pass over `versions`, which hold every version of each
+    key they hold (the movers' and their old keys': the windows and joins below are per key)."""
     keys = _keys(source)
     values = list(source.value_columns)
     cols = versions.columns
@@ -271,7 +304,7 @@ def inherit_moved_values(versions: DataFrame, source: Source) -> DataFrame:
     previous_live = F.coalesce(F.lag(~F.col("_deleted")).over(by_sequence), F.lit(False))
     versions = versions.withColumn("_old_key", F.when(previous_live, F.lit(None)).otherwise(F.col("_old_key")))
     upto = by_sequence.rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    for _ in range(64):  # each pass resolves at least one more link of every chain
+    for passes in range(1, 65):  # each pass resolves at least one more link of every chain
         pending = F.col("_old_key").isNotNull() & (F.size("_unavailable") > 0)
         complete = ~pending & (F.size("_unavailable") == 0)
         # A version whose values may still come from a pending mover of its own key (the mover
@@ -290,13 +323,15 @@ def inherit_moved_values(versions: DataFrame, source: Source) -> DataFrame:
         match = F.lit(True)
         for k in keys:
             match = match & (F.col(f"_old_key.{k}") == F.col(f"_donor_{k}"))
-        picked = (
+        picked, found_any = checkpoint_observing(
             movers.join(donors, match & (F.col("_donor_sequence") < F.col("_sequence")))
             .groupBy(*keys, "_sequence")
             .agg(F.max_by("_donor", "_donor_sequence").alias("_donor"))
-            .filter(~F.col("_donor._waiting"))
-        ).localCheckpoint(eager=True)
-        if picked.isEmpty():
+            .filter(~F.col("_donor._waiting")),
+            [F.count(F.lit(1)).alias("rows")],
+        )
+        log.debug("%s: key-change pass %d gave %d movers their values", source.name, passes, found_any["rows"])
+        if not found_any["rows"]:
             break
         joined = versions.join(picked, [*keys, "_sequence"], "left")
         found = F.col("_donor").isNotNull()
