@@ -44,7 +44,7 @@ _JVM_FIELDS = (
     ("source_ts_ms", "_source_ts_ms"), ("source_lsn", "_source_lsn"), ("source_tx_id", "_source_tx_id"),
     ("source_snapshot", "_source_snapshot"), ("source_file", "_source_file"), ("source_pos", "_source_pos"),
     ("source_row", "_source_row"), ("event_ts_ms", "_event_ts_ms"),
-    ("unavailable_columns", "_unavailable_columns"), ("sequence", "_sequence"),
+    ("unavailable_columns", "_unavailable_columns"), ("sequence", "_sequence"), ("old_key", "_old_key"),
 )
 
 
@@ -80,8 +80,11 @@ def _decoder_loaded(_jvm: int) -> bool:
 @dataclass(frozen=True)
 class JvmPass:
     """The JVM fast pass of one source: `DebeziumDecoder` as a Java UDF over key, value,
-    partition and offset. Same output as `SqlPass.apply`. Its columns are built once per
-    source and JVM (`jvm_pass`) and reused by every DataFrame it is applied to."""
+    partition, offset and the old-key header. Same rows as `SqlPass.apply` once the Python pass
+    has decided what a pass leaves to it; unlike the SQL pass, it decodes a primary-key change's
+    old-key header itself, so such a record is written in the batch's one fast commit instead
+    of a second commit of the Python pass (which gave silver a batch of its own). Its columns
+    are built once per source and JVM (`jvm_pass`) and reused by every DataFrame it is applied to."""
 
     decode: tuple[SqlColumn, ...]
     final: tuple[SqlColumn, ...]
@@ -103,13 +106,12 @@ def _build_jvm_pass(source: Source, headers: bool, _jvm: int) -> JvmPass:
     decode = (
         *[F.col(c) for c in KAFKA_COLUMNS],
         _old_key_header(headers).alias("_old_key_header"),
-        _decoder_call(source).alias("_d"),
+        _decoder_call(source, _old_key_header(headers)).alias("_d"),
     )
     columns = {c: F.col(k) for k, c in zip(("topic", "partition", "offset", "key", "value"), _COORDINATES)}
     columns.update({column: F.col(f"_d.{name}") for name, column in _JVM_FIELDS if column is not None})
-    columns["_old_key"] = F.lit(None)  # decided in Python: rows with the header are never fast
     schema = bronze_schema(source)
-    fast = _true(F.col("_d.fast")) & F.col("_old_key_header").isNull()
+    fast = _true(F.col("_d.fast"))
     final = (
         *[columns[c].cast(schema[c].dataType).alias(c) for c in dbz.DECODED_COLUMNS],
         F.col("timestamp").alias("_kafka_ts"),
@@ -119,8 +121,9 @@ def _build_jvm_pass(source: Source, headers: bool, _jvm: int) -> JvmPass:
     return JvmPass(decode, final, headers)
 
 
-def _decoder_call(source: Source) -> SqlColumn:
-    """A column calling a new `DebeziumDecoder` for `source` on key, value, partition, offset."""
+def _decoder_call(source: Source, old_key_header: SqlColumn) -> SqlColumn:
+    """A column calling a new `DebeziumDecoder` for `source` on key, value, partition, offset
+    and `old_key_header` (the header's bytes, or null)."""
     from pyspark import SparkContext
     from pyspark.sql.classic.column import Column as ClassicColumn
     from pyspark.sql.classic.column import _to_java_column
@@ -139,6 +142,7 @@ def _decoder_call(source: Source) -> SqlColumn:
     jcol = jvm.cdcenrich.DebeziumDecoder.column(
         strings(f"{c.name}:{c.type}" for c in source.columns), strings(source.primary_key), source.sequence,
         result_type, *[_to_java_column(F.col(c)) for c in ("key", "value", "partition", "offset")],
+        _to_java_column(old_key_header),
     )
     return ClassicColumn(jcol)
 

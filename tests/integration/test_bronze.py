@@ -272,23 +272,34 @@ def _layout(schema: Any) -> list[tuple[str, Any]]:
 
 def test_the_old_key_header_of_a_primary_key_change_reaches_bronze(spark: SparkSession) -> None:
     """Kafka headers as Spark's source gives them (includeHeaders): `__debezium.oldkey` -> `_old_key`,
-    in every parser; a record without it stays on the fast path."""
-    moved = change(THINGS, "c", after=thing(id=43, name=UNAVAILABLE), lsn=700)
-    plain = change(THINGS, "u", after=thing(id=44), lsn=701)
+    in every parser. The JVM pass decodes a header like a key (bare or wrapped), so a primary-key
+    change is written with the rest of its batch; the SQL pass leaves every record with the header
+    to Python; a header that is no key of the source is Python's to reject; a delete's header is
+    not read."""
+    wrapped = key_of(THINGS, {"id": 41}, schemas=True)
+    records = [
+        (change(THINGS, "c", after=thing(id=43, name=UNAVAILABLE), lsn=700),
+         [("__debezium.context.taskId", b"0"), ("__debezium.oldkey", b'{"id":42}')]),
+        (change(THINGS, "u", after=thing(id=44), lsn=701), []),
+        (change(THINGS, "c", after=thing(id=45), lsn=702), [("__debezium.oldkey", wrapped)]),
+        (change(THINGS, "c", after=thing(id=46), lsn=703), [("__debezium.oldkey", b'{"id":"x"}')]),
+        (change(THINGS, "d", before=thing(id=47), lsn=704), [("__debezium.oldkey", b'not json')]),
+    ]
     schema = KAFKA_SCHEMA + ", headers array<struct<key: string, value: binary>>"
     ts = datetime(2026, 1, 1)
-    kafka = spark.createDataFrame(
-        [(*moved, THINGS.topic, 0, 0, ts, [("__debezium.context.taskId", b"0"), ("__debezium.oldkey", b'{"id":42}')]),
-         (*plain, THINGS.topic, 0, 1, ts, [])],
-        schema,
-    )
-    for kind in ("jvm", "sql"):
+    kafka = spark.createDataFrame([(*r, THINGS.topic, 0, i, ts, h) for i, (r, h) in enumerate(records)], schema)
+    expected_fast = {"jvm": {0: True, 1: True, 2: True, 3: False, 4: True},
+                     "sql": {0: False, 1: True, 2: False, 3: False, 4: False}}
+    for kind, expected in expected_fast.items():
         fast = {r["_offset"]: r["_fast"] for r in _fast_pass(kind, spark, THINGS).apply(kafka).collect()}
-        assert fast == {0: False, 1: True}, kind
+        assert fast == expected, kind
     for parser in bronze.PARSERS:
         rows = {r["_offset"]: r for r in bronze.parse_source(THINGS, kafka, parser).collect()}
         assert rows[0]["_reason"] is None and rows[0]["_old_key"]["id"] == 42, parser
         assert rows[0]["_unavailable_columns"] == "name" and rows[1]["_old_key"] is None, parser
+        assert rows[2]["_reason"] is None and rows[2]["_old_key"]["id"] == 41, parser
+        assert rows[3]["_reason"].startswith("header __debezium.oldkey.id"), (parser, rows[3]["_reason"])
+        assert rows[4]["_reason"] is None and rows[4]["_old_key"] is None, parser
 
 
 # --------------------------------------------------------------------------- idempotent micro-batches

@@ -28,7 +28,7 @@ import java.util.regex.Pattern;
 import org.apache.spark.sql.Column;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.RowFactory;
-import org.apache.spark.sql.api.java.UDF4;
+import org.apache.spark.sql.api.java.UDF5;
 import org.apache.spark.sql.expressions.UserDefinedFunction;
 import org.apache.spark.sql.functions;
 import org.apache.spark.sql.types.DataType;
@@ -41,16 +41,18 @@ import org.apache.spark.sql.types.DataType;
  * mirrors its acceptance rules and returns {@code fast = true} only when it is certain that
  * {@code decode_record} accepts the record and produces exactly the same values; anything
  * else (every malformed record, and valid but unusual ones: truncates, wrapped tombstones,
- * variable-scale decimals, a primary-key change's old-key header...) is returned with
+ * variable-scale decimals, an old-key header that is not a plain key...) is returned with
  * {@code fast = false} and decided by the Python pass, which names the quarantine reason.
  * A differential test (tests/test_bronze.py) holds the two to each other on valid and
  * fuzzed records.
  *
  * <p>Result struct: fast, op, key, before, after, source_ts_ms, source_lsn, source_tx_id,
  * source_snapshot, source_file, source_pos, source_row, event_ts_ms, unavailable_columns,
- * sequence (decimal(38,0)). Arguments: key bytes, value bytes, Kafka partition, offset.
+ * sequence (decimal(38,0)), old_key (a primary-key change's create, update or read: its
+ * {@code __debezium.oldkey} header decoded like a key). Arguments: key bytes, value bytes,
+ * Kafka partition, offset, the old-key header's bytes (null without one).
  */
-public final class DebeziumDecoder implements UDF4<byte[], byte[], Integer, Long, Row> {
+public final class DebeziumDecoder implements UDF5<byte[], byte[], Integer, Long, byte[], Row> {
   private static final long serialVersionUID = 1L;
 
   static final String UNAVAILABLE = "__debezium_unavailable_value";
@@ -125,7 +127,7 @@ public final class DebeziumDecoder implements UDF4<byte[], byte[], Integer, Long
   private final Col[] primaryKey;
   private final int[] primaryKeyPositions; // of each primary-key column among `columns`
   private final String sequence;
-  private static final int RESULT_WIDTH = 15;
+  private static final int RESULT_WIDTH = 16;
 
   /**
    * @param columns declared columns as "name:type" (types as in the pipeline file)
@@ -158,21 +160,21 @@ public final class DebeziumDecoder implements UDF4<byte[], byte[], Integer, Long
   }
 
   /**
-   * A column decoding (key, value, partition, offset) for one source: the UDF, marked
+   * A column decoding (key, value, partition, offset, old-key header) for one source: the UDF, marked
    * non-deterministic so the optimizer evaluates it once per record however many of its
    * fields are read. (A Java entry point: py4j's choice among functions.udf's overloads is
    * not reliable.)
    */
   public static Column column(String[] columns, String[] primaryKey, String sequence, DataType resultType,
-      Column key, Column value, Column partition, Column offset) {
+      Column key, Column value, Column partition, Column offset, Column oldKey) {
     UserDefinedFunction udf = functions.udf(new DebeziumDecoder(columns, primaryKey, sequence), resultType);
-    return udf.asNondeterministic().apply(key, value, partition, offset);
+    return udf.asNondeterministic().apply(key, value, partition, offset, oldKey);
   }
 
   @Override
-  public Row call(byte[] key, byte[] value, Integer partition, Long offset) {
+  public Row call(byte[] key, byte[] value, Integer partition, Long offset, byte[] oldKey) {
     try {
-      return RowFactory.create(decode(key, value, partition, offset));
+      return RowFactory.create(decode(key, value, partition, offset, oldKey));
     } catch (Slow | RuntimeException e) {
       Object[] out = new Object[RESULT_WIDTH];
       out[0] = Boolean.FALSE;
@@ -182,18 +184,12 @@ public final class DebeziumDecoder implements UDF4<byte[], byte[], Integer, Long
 
   // ------------------------------------------------------------------------- the record
 
-  private Object[] decode(byte[] key, byte[] value, Integer partition, Long offset) throws Slow {
+  private Object[] decode(byte[] key, byte[] value, Integer partition, Long offset, byte[] oldKey) throws Slow {
     Object[] out = new Object[RESULT_WIDTH];
     out[0] = Boolean.TRUE;
     Object[] keyRow = null;
     if (key != null) {
-      JsonNode keyDoc = parse(key);
-      Map<String, String[]> keyHints = null;
-      if (isWrapper(keyDoc)) {
-        keyHints = structFields(keyDoc.get("schema"));
-        keyDoc = keyDoc.get("payload");
-      }
-      keyRow = decodeKey(keyDoc, keyHints, key);
+      keyRow = keyDocument(key);
       out[2] = RowFactory.create(keyRow);
     }
     if (value == null) {
@@ -258,7 +254,21 @@ public final class DebeziumDecoder implements UDF4<byte[], byte[], Integer, Long
     out[12] = typedField(env, TS_MS);
     out[13] = unavailable.isEmpty() ? null : String.join(",", unavailable);
     out[14] = sequence(op, tsMs, lsn, file, pos, rowNo, partition, offset);
+    if (oldKey != null && (op.equals("c") || op.equals("r") || op.equals("u"))) {
+      out[15] = RowFactory.create(keyDocument(oldKey)); // decode_record reads the header for these alone
+    }
     return out;
+  }
+
+  /** A key's JSON (the record's key, or an old-key header), bare or wrapped, decoded. */
+  private Object[] keyDocument(byte[] raw) throws Slow {
+    JsonNode doc = parse(raw);
+    Map<String, String[]> hints = null;
+    if (isWrapper(doc)) {
+      hints = structFields(doc.get("schema"));
+      doc = doc.get("payload");
+    }
+    return decodeKey(doc, hints, raw);
   }
 
   /** Strict JSON as Python's json module reads it: UTF-8 (checked), one value, no NaN. Parsed
