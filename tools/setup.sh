@@ -107,8 +107,9 @@ fi
 
 # 5. The local Spark driver's class archive (Java AppCDS, devstack/class_archive.py): every local
 #    driver maps it at start instead of loading Spark's, Scala's and Delta's classes from the jars.
-#    Redone when the JDK, the pinned packages, the jars (the decoder's by its stamp) or the workload that records it change;
-#    without it (or if building it fails) drivers only start slower.
+#    Redone when the JDK, the pinned packages, the jars (the decoder's by its stamp: a rebuilt jar
+#    keeps its name) or the workload that records it change; without it (or if building it fails)
+#    drivers only start slower.
 archive=$(.venv/bin/python -c 'from lakehouse.paths import jvm_class_archive; print(jvm_class_archive())')
 archive_inputs=$( { java -version 2>&1; cat pyproject.toml devstack/class_archive.py; ls .cache/jars/spark .cache/jars/decoder; echo "$decoder_stamp"; } | sha256sum | cut -c1-16)
 archive_stamp=".cache/jvm.$archive_inputs"
