@@ -39,6 +39,21 @@ SMALL_WORK_MAX_ROWS = 1_000
 SMALL_WORK_MAX_BYTES = 1 << 20
 
 
+#: A materialized frame of at most this many rows, worked on alone (no table read), is small work
+#: whatever the batch: the settings broke even at 20k rows of a table read (above).
+SMALL_FRAME_MAX_ROWS = 20_000
+
+
+def is_small_frame(rows: int) -> bool:
+    """Whether work over a materialized frame of `rows` rows alone runs best with the settings for
+    a few rows.
+
+    >>> is_small_frame(2_701), is_small_frame(50_000)
+    (True, False)
+    """
+    return rows <= SMALL_FRAME_MAX_ROWS
+
+
 def is_small_work(change_rows: int, table_bytes: Sequence[int | None]) -> bool:
     """Whether a batch of `change_rows` changes over tables of `table_bytes` (None: unknown) is
     small work.

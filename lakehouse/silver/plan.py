@@ -19,7 +19,7 @@ from pyspark.sql.types import (
 )
 
 from lakehouse.deltasql import sql_literal
-from lakehouse.execution import SMALL_WORK_SETTINGS, checkpoint_observing, is_small_work, session_settings
+from lakehouse.execution import SMALL_WORK_SETTINGS, checkpoint_observing, is_small_frame, session_settings
 from lakehouse.frames import local_frame
 from lakehouse.sqltext import quote
 from lakehouse.declaration import Source
@@ -274,7 +274,7 @@ def inherit_moved_values(versions: DataFrame, source: Source) -> DataFrame:
     # materialized once for every pass, and counted by the job that does it
     moving, seen = checkpoint_observing(versions.join(involved, keys, "left_semi"), [F.count(F.lit(1)).alias("rows")])
     still = versions.join(involved, keys, "left_anti")
-    small = SMALL_WORK_SETTINGS if is_small_work(seen["rows"], []) else {}
+    small = SMALL_WORK_SETTINGS if is_small_frame(seen["rows"]) else {}
     with session_settings(versions.sparkSession, small):
         moved = _inherit_passes(moving, source)
     log.debug("%s: %d versions of moved and donor keys, settings for a few rows: %s", source.name, seen["rows"], bool(small))
