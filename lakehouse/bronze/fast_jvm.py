@@ -86,13 +86,16 @@ class JvmPass:
     of a second commit of the Python pass (which gave silver a batch of its own). Its columns
     are built once per source and JVM (`jvm_pass`) and reused by every DataFrame it is applied to."""
 
+    header: tuple[SqlColumn, ...]
     decode: tuple[SqlColumn, ...]
     final: tuple[SqlColumn, ...]
     headers: bool
 
     def apply(self, kafka: DataFrame) -> DataFrame:
-        """Kafka rows -> decoded rows (rows without a `headers` column are read as header-less)."""
-        return _with_headers(kafka, self.headers).select(*self.decode).select(*self.final)
+        """Kafka rows -> decoded rows (rows without a `headers` column are read as header-less).
+        The old-key header is picked out in a projection of its own: the decoder and the output
+        both read it, and a lambda over the headers array is not worth evaluating twice a record."""
+        return _with_headers(kafka, self.headers).select(*self.header).select(*self.decode).select(*self.final)
 
 
 def jvm_pass(source: Source, headers: bool = True) -> JvmPass:
@@ -103,10 +106,11 @@ def jvm_pass(source: Source, headers: bool = True) -> JvmPass:
 @functools.lru_cache(maxsize=256)
 def _build_jvm_pass(source: Source, headers: bool, _jvm: int) -> JvmPass:
     """(`_jvm` keys the cache: the columns are objects of one JVM.)"""
+    header = (*[F.col(c) for c in KAFKA_COLUMNS], _old_key_header(headers).alias("_old_key_header"))
     decode = (
         *[F.col(c) for c in KAFKA_COLUMNS],
-        _old_key_header(headers).alias("_old_key_header"),
-        _decoder_call(source, _old_key_header(headers)).alias("_d"),
+        F.col("_old_key_header"),
+        _decoder_call(source, F.col("_old_key_header")).alias("_d"),
     )
     columns = {c: F.col(k) for k, c in zip(("topic", "partition", "offset", "key", "value"), _COORDINATES)}
     columns.update({column: F.col(f"_d.{name}") for name, column in _JVM_FIELDS if column is not None})
@@ -118,7 +122,7 @@ def _build_jvm_pass(source: Source, headers: bool, _jvm: int) -> JvmPass:
         fast.alias("_fast"),
         F.col("_old_key_header"),
     )
-    return JvmPass(decode, final, headers)
+    return JvmPass(header, decode, final, headers)
 
 
 def _decoder_call(source: Source, old_key_header: SqlColumn) -> SqlColumn:
