@@ -534,7 +534,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="also write the result as JSON to this file (for testkit.bench.plot)")
     p.add_argument("--rates", help="freshness: comma list of records per second (default 100,500,2000)")
     p.add_argument("--schedules", help="freshness: comma list of continuous schedules, each run at every rate "
-                   "(concurrent, chained; default: the pipeline's options.continuous)")
+                   "(chained, concurrent; default: the pipeline's options.continuous)")
     p.add_argument("--duration", type=float, default=180, help="freshness: seconds of changes sent at each rate (default 180)")
     p.add_argument("--drain", type=float, default=120, help="freshness: seconds the run goes on after the last send (default 120)")
     p.add_argument("--with-postgres", action="store_true",

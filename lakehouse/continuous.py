@@ -10,15 +10,17 @@ own errors, with backoff), and a stop request (SIGTERM, Ctrl-C, `stop.set()`) st
 between micro-batches, so nothing is lost and nothing is written twice.
 
 Two schedules (`options.continuous`):
-- `concurrent`: every query runs at once, each on its interval. The stages overlap, but on a
-  small machine each batch waits for every other query's, and a change waits for a batch of
-  each stage in turn: its latency is several batch times of the busiest stage.
-- `chained`: cycles of drains in flow order (every bronze query drains what Kafka holds, then
-  every silver query, then every gold query), a cycle starting at most every bronze interval.
-  A change that arrives during a cycle reaches gold at the end of the next one: its latency is
-  one to two cycles, and a cycle costs what the concurrent queries' batches cost together.
+- `chained` (the default): cycles of drains in flow order (every bronze query drains what Kafka
+  holds, then every silver query, then every gold query), a cycle starting at most every bronze
+  interval. A change that arrives during a cycle reaches gold at the end of the next one: its
+  latency is one to two cycles, and a cycle costs what each stage's batches cost together.
   After bronze, a query drains only when a table it reads was written earlier in the cycle
   (each still drains at least every five minutes), so an idle run costs bronze's drain alone.
+- `concurrent`: every query runs at once, each on its interval. The stages overlap, but on a
+  small machine each batch waits for every other query's, bronze's cheap queries batch far more
+  often than silver's (each batch paying its fixed cost), and a change waits for a batch of each
+  stage in turn: its latency is several batch times of the busiest stage. At 500 changes/s on
+  2 cores it spent 3.2x the chained schedule's batch time and its p50 freshness was 2x (README).
 """
 
 from __future__ import annotations

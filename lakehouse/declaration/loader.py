@@ -217,7 +217,7 @@ def _options(raw: Any, problems: Problems) -> Options:
             values, "gold_incremental_overhead_rows", Options.gold_incremental_overhead_rows, path, problems, minimum=0
         ),
         intervals=intervals,
-        continuous=_choice(values, "continuous", CONTINUOUS_SCHEDULES, "concurrent", path, problems),
+        continuous=_choice(values, "continuous", CONTINUOUS_SCHEDULES, Options.continuous, path, problems),
         # Delta refuses VACUUM below 7 days (a stream or reader may still need the files)
         time_travel_days=_int(values, "time_travel_days", 7, path, problems, minimum=7),
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,6 +78,8 @@ from lakehouse.tables import (
 )
 
 # --------------------------------------------------------------------------- the streaming runner
+
+log = logging.getLogger("lakehouse.gold")
 
 
 @dataclass
@@ -200,6 +203,7 @@ class _ViewMaintainer:
             + (f"; {stats['path']}: {stats['reason']}" if "path" in stats else "")
         )
         stats = {**stats, "changes": changes, "seconds": seconds, "phases": {"read": read_seconds, **stats["phases"]}}
+        log.debug("%s: %s", line, ", ".join(f"{phase} {s:.2f}s" for phase, s in stats["phases"].items()))
         written = stats["inserted"] + stats["updated"] + stats["deleted"]
         self.mailbox.send(session, Outcome(self.query_name, batch_id, self.plan.view.name, stats, line, changes, written))
 

@@ -80,7 +80,7 @@ def test_each_stage_may_have_its_own_interval():
     assert pipeline.options.interval("bronze") == "1 second"
     assert pipeline.options.interval("gold") == "5 seconds"
     assert (pipeline.options.interval_seconds("bronze"), pipeline.options.interval_seconds("gold")) == (1.0, 5.0)
-    assert pipeline.options.continuous == "concurrent"
+    assert pipeline.options.continuous == "chained"
 
 
 def test_a_continuous_run_may_chain_its_stages():
@@ -112,7 +112,7 @@ def test_a_good_file_has_no_problems():
         pytest.param(("  topic_prefix: shop\n", "  topic_prefix: shop\n  topic_prefx: x\n"), 4, "kafka.topic_prefx: unknown field 'topic_prefx'", id="misspelt-field"),
         pytest.param(("kafka:\n", "options:\n  gold_refresh: sometimes\nkafka:\n"), 3, "options.gold_refresh: expected one of auto, incremental, recompute", id="gold-refresh-mode"),
         pytest.param(("kafka:\n", "options:\n  gold_incremental_overhead_rows: -1\nkafka:\n"), 3, "options.gold_incremental_overhead_rows: expected a whole number >= 0", id="gold-overhead"),
-        pytest.param(("kafka:\n", "options:\n  continuous: sometimes\nkafka:\n"), 3, "options.continuous: expected one of concurrent, chained", id="continuous-schedule"),
+        pytest.param(("kafka:\n", "options:\n  continuous: sometimes\nkafka:\n"), 3, "options.continuous: expected one of chained, concurrent", id="continuous-schedule"),
         pytest.param(("kafka:\n", "options:\n  intervals:\n    gold: soon\nkafka:\n"), 4, "options.intervals.gold: expected an interval such as '10 seconds'", id="stage-interval"),
         pytest.param(("kafka:\n", "options:\n  intervals:\n    platinum: 1 second\nkafka:\n"), 4, "options.intervals.platinum: unknown field", id="stage-interval-unknown-stage"),
         pytest.param(("order_id: orders.id\n", ""), 23, "must select the base table's primary key column orders.id", id="view-without-key"),
