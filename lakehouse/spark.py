@@ -98,6 +98,11 @@ def local_spark_conf(lake: Path, ui: bool = False) -> dict[str, str]:
         # of compiled again (the default 100 entries did not hold one bronze run's classes).
         "spark.sql.codegen.cache.maxEntries": "1000",
         "spark.default.parallelism": "4",
+        # Memory pages of 4 MB instead of the 32 MB Spark sizes for this heap: Spark 4.1's sort
+        # keeps each task's sorter in a thread-local of the pooled task threads (SortExec's
+        # `rowSorter`, SPARK-52609), so sorters long finished pin their pages; a continuous run's
+        # driver held 19 of them (608 MB of its 4 GB) three minutes in (a JFR heap sample).
+        "spark.buffer.pageSize": "4m",
         "spark.sql.adaptive.enabled": "true",
         # Runtime bloom filters build a filter in a subquery job before a join whose other side is
         # filtered: on a micro-batch of a few keys that job costs more than it saves (a silver

@@ -11,6 +11,7 @@ runs on Databricks serverless as well as locally.
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 import time
@@ -42,6 +43,35 @@ WORKER_CONNECT_TIMEOUT = "Python worker failed to connect back"
 START_ATTEMPTS = 5
 START_RETRY_WAIT_S = 2.0  # before the second attempt; doubled before each later one
 STOP_GRACE_S = 120.0  # how long a graceful stop waits for a running micro-batch to finish
+
+
+class GarbageRelease:
+    """Python's cyclic collection at most every `every_s`, called while queries run.
+
+    A py4j proxy pins its JVM object (a DataFrame's plans, with their broadcast relations and
+    generated code) until Python frees the proxy, and a proxy caught in a reference cycle is
+    freed only by a full collection, which a process that allocates little between micro-batches
+    seldom runs. A continuous run at 500 changes/s on a 4 GB driver filled the heap in minutes
+    and spent its time in full GCs (batches 10x slower after five minutes) until its proxies
+    were collected every 15 s (README, "Running continuously"). Shared by every run of queries
+    in the process, so a chained run's short drains do not each restart the clock."""
+
+    def __init__(self, every_s: float) -> None:
+        self.every_s = every_s
+        self._last = time.monotonic()
+        self._lock = threading.Lock()
+
+    def __call__(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            if now - self._last < self.every_s:
+                return
+            self._last = now
+        gc.collect()
+
+
+#: Collected while any queries of this process run (`await_streams`).
+RELEASE_GARBAGE = GarbageRelease(every_s=15.0)
 
 
 def doubling_wait(first_s: float, n: int, cap_s: float = 60.0) -> float:
@@ -294,6 +324,7 @@ def await_streams(
     pending = list(streams)
     wait_s = max(0.1, 1.0 / max(1, len(pending)))
     while pending:
+        RELEASE_GARBAGE()
         for stream in list(pending):
             if deadline is not None and time.monotonic() >= deadline:
                 return

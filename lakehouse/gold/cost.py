@@ -6,7 +6,9 @@ each reads to find them. The incremental path reads, per affected base key, its 
 base table (pruned by key ranges), the view's parent tables, and the key's gold row, and pays a
 fixed cost the recompute does not (the subscription walk, the key count and ranges: Spark jobs
 whatever the batch's size); the recompute reads every source row once and gold's narrow key
-and hash columns. Costs are in "source rows read" and the weights were measured with
+and hash columns. The parent tables are read whole by either path, so they weigh the same on
+both sides and are neither weighed nor counted: what decides is the base table's rows and
+gold's against the keys. Costs are in "source rows read" and the weights were measured with
 `cdc-enrich bench gold` (README); `options.gold_incremental_overhead_rows` sets the fixed cost
 for another machine.
 """
@@ -33,21 +35,21 @@ INCREMENTAL_OVERHEAD_ROWS = Options.gold_incremental_overhead_rows
 
 @dataclass(frozen=True)
 class RefreshEstimate:
-    """What a batch knows before it writes: its affected base keys and the tables' sizes."""
+    """What a batch knows before it writes: its affected base keys and the tables' sizes (the
+    parent tables' rows, read whole by either path, would add the same to both costs)."""
 
     affected_keys: int
     gold_rows: int
-    source_rows: int  # rows of every silver table the view reads (the recompute's input)
-    parent_rows: int  # rows of the non-base tables (read whole by either path)
+    base_rows: int  # rows of the base table's silver current (what the recompute reads beyond the parents)
     overhead_rows: float = INCREMENTAL_OVERHEAD_ROWS  # the incremental path's fixed cost
 
     @property
     def incremental_cost(self) -> float:
-        return self.overhead_rows + KEY_WEIGHT * self.affected_keys + self.parent_rows
+        return self.overhead_rows + KEY_WEIGHT * self.affected_keys
 
     @property
     def recompute_cost(self) -> float:
-        return self.source_rows + GOLD_SCAN_WEIGHT * self.gold_rows
+        return self.base_rows + GOLD_SCAN_WEIGHT * self.gold_rows
 
 
 @dataclass(frozen=True)
@@ -69,11 +71,11 @@ def choose_refresh(estimate: RefreshEstimate, keys_are_a_lower_bound: bool = Fal
     counts only the batch's own base changes, before the subscriptions are walked: it can prove
     a recompute cheaper, never the reverse).
 
-    >>> choose_refresh(RefreshEstimate(10, 10_000_000, 12_000_000, 2_000_000)).path
+    >>> choose_refresh(RefreshEstimate(10, 10_000_000, 10_000_000)).path
     'incremental'
-    >>> choose_refresh(RefreshEstimate(5_000_000, 10_000_000, 12_000_000, 2_000_000)).path
+    >>> choose_refresh(RefreshEstimate(5_000_000, 10_000_000, 10_000_000)).path
     'recompute'
-    >>> choose_refresh(RefreshEstimate(10, 20_000, 24_000, 4_000)).path  # a small view: the fixed cost decides
+    >>> choose_refresh(RefreshEstimate(10, 20_000, 20_000)).path  # a small view: the fixed cost decides
     'recompute'
     """
     inc, full = estimate.incremental_cost, estimate.recompute_cost
@@ -89,32 +91,32 @@ def choose_refresh(estimate: RefreshEstimate, keys_are_a_lower_bound: bool = Fal
     return RefreshDecision("incremental", f"incremental is cheaper ({figures})", estimate)
 
 
-def recompute_whatever_the_keys(gold_rows: int, source_rows: int, parent_rows: int, overhead_rows: float) -> RefreshDecision | None:
+def recompute_whatever_the_keys(gold_rows: int, base_rows: int, overhead_rows: float) -> RefreshDecision | None:
     """The recompute, when it is cheaper even with no affected key (a view small enough for the
     incremental path's fixed cost to decide), so the batch neither counts nor walks its keys;
     else None.
 
-    >>> recompute_whatever_the_keys(20_000, 24_000, 4_000, INCREMENTAL_OVERHEAD_ROWS).path
+    >>> recompute_whatever_the_keys(20_000, 20_000, INCREMENTAL_OVERHEAD_ROWS).path
     'recompute'
-    >>> recompute_whatever_the_keys(10_000_000, 12_000_000, 2_000_000, INCREMENTAL_OVERHEAD_ROWS) is None
+    >>> recompute_whatever_the_keys(10_000_000, 10_000_000, INCREMENTAL_OVERHEAD_ROWS) is None
     True
     """
-    decision = choose_refresh(RefreshEstimate(0, gold_rows, source_rows, parent_rows, overhead_rows), keys_are_a_lower_bound=True)
+    decision = choose_refresh(RefreshEstimate(0, gold_rows, base_rows, overhead_rows), keys_are_a_lower_bound=True)
     return decision if decision.path == "recompute" else None
 
 
 def counting_keys_may_pick_recompute(
-    key_bound: int | None, gold_rows: int, source_rows: int, parent_rows: int, overhead_rows: float = INCREMENTAL_OVERHEAD_ROWS
+    key_bound: int | None, gold_rows: int, base_rows: int, overhead_rows: float = INCREMENTAL_OVERHEAD_ROWS
 ) -> bool:
     """Whether counting a batch's own base keys (a Spark job) could prove a recompute cheaper,
     given `key_bound`, a bound from above on them (the batch's change rows; None: unknown): not
     when even that many keys keep the incremental path cheaper, as on every small batch.
 
-    >>> counting_keys_may_pick_recompute(2, 10_000_000, 12_000_000, 2_000_000)
+    >>> counting_keys_may_pick_recompute(2, 10_000_000, 10_000_000)
     False
-    >>> counting_keys_may_pick_recompute(1_000_000, 10_000_000, 12_000_000, 2_000_000)
+    >>> counting_keys_may_pick_recompute(1_000_000, 10_000_000, 10_000_000)
     True
     """
     if key_bound is None:
         return True
-    return choose_refresh(RefreshEstimate(key_bound, gold_rows, source_rows, parent_rows, overhead_rows)).path == "recompute"
+    return choose_refresh(RefreshEstimate(key_bound, gold_rows, base_rows, overhead_rows)).path == "recompute"

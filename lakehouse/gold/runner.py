@@ -274,7 +274,7 @@ def process_changes(
 
 def _recompute_whatever_the_keys(
     session: SparkSession, pipeline: Pipeline, plan: ViewPlan, target: str
-) -> tuple[RefreshDecision | None, tuple[int, int, int] | None]:
+) -> tuple[RefreshDecision | None, tuple[int, int] | None]:
     """(the batch's recompute when no key count could change it, else None; the tables' sizes
     when the cost model will weigh the batch): `options.gold_refresh` pinned to a path, or a view
     small enough for the incremental path's fixed cost to decide (`cost.recompute_whatever_the_keys`)."""
@@ -410,7 +410,7 @@ def _refresh_gold(
     building: bool,
     change_rows: Mapping[str, int] | None,
     early: RefreshDecision | None,
-    sizes: tuple[int, int, int] | None,
+    sizes: tuple[int, int] | None,
     clock: PhaseClock,
 ) -> dict[str, Any]:
     """Bring gold up to date with one batch: the whole view appended when `building` (gold holds
@@ -505,14 +505,12 @@ def _keys_merge_source(
     return source.localCheckpoint(eager=True)
 
 
-def _sizes(session: SparkSession, pipeline: Pipeline, plan: ViewPlan, target: str) -> tuple[int, int, int]:
-    """(gold rows, source rows, parent rows) for the cost model, from the tables' statistics
-    (counts this application read within the last minute are reused: `recent_table_rows`)."""
-    names = [silver_current_table(pipeline, s) for s in plan.sources]
-    counts = recent_table_rows(session, [target] + names)
-    rows = dict(zip([s.name for s in plan.sources], counts[1:]))
-    parents = sum(n for name, n in rows.items() if name != plan.base.source.name)
-    return counts[0], sum(rows.values()), parents
+def _sizes(session: SparkSession, pipeline: Pipeline, plan: ViewPlan, target: str) -> tuple[int, int]:
+    """(gold rows, base rows) for the cost model (`cost.RefreshEstimate`: the parent tables weigh
+    the same on both paths, so they are not counted); counts this application read within the
+    last minute are reused (`recent_table_rows`)."""
+    gold_rows, base_rows = recent_table_rows(session, [target, silver_current_table(pipeline, plan.base.source)])
+    return gold_rows, base_rows
 
 
 def _by_recompute(

@@ -84,13 +84,13 @@ def test_key_ranges_of_an_append_mostly_table_are_one_interval_and_a_few_points(
 def test_the_cost_model_picks_the_cheaper_path_and_says_why():
     from lakehouse.gold.cost import RefreshEstimate, choose_refresh, forced_refresh
 
-    small = choose_refresh(RefreshEstimate(affected_keys=1_000, gold_rows=10_000_000, source_rows=12_100_000, parent_rows=2_100_000))
+    small = choose_refresh(RefreshEstimate(affected_keys=1_000, gold_rows=10_000_000, base_rows=10_000_000))
     assert small.path == "incremental" and "1000 affected key(s) of 10000000 gold row(s)" in small.reason
-    large = choose_refresh(RefreshEstimate(affected_keys=3_000_000, gold_rows=10_000_000, source_rows=12_100_000, parent_rows=2_100_000))
+    large = choose_refresh(RefreshEstimate(affected_keys=3_000_000, gold_rows=10_000_000, base_rows=10_000_000))
     assert large.path == "recompute" and large.reason.startswith("recompute is cheaper")
     # the batch's own changes are only a lower bound: they can prove a recompute, never the reverse
-    assert choose_refresh(RefreshEstimate(1_000, 10_000_000, 12_100_000, 2_100_000), keys_are_a_lower_bound=True).path == "undecided"
-    assert choose_refresh(RefreshEstimate(3_000_000, 10_000_000, 12_100_000, 2_100_000), keys_are_a_lower_bound=True).path == "recompute"
+    assert choose_refresh(RefreshEstimate(1_000, 10_000_000, 10_000_000), keys_are_a_lower_bound=True).path == "undecided"
+    assert choose_refresh(RefreshEstimate(3_000_000, 10_000_000, 10_000_000), keys_are_a_lower_bound=True).path == "recompute"
     assert forced_refresh("auto") is None
     assert forced_refresh("recompute").path == "recompute"
     with pytest.raises(PipelineConfigError, match="options.gold_refresh must be one of auto, incremental, recompute"):
@@ -100,21 +100,21 @@ def test_the_cost_model_picks_the_cheaper_path_and_says_why():
 def test_a_small_view_is_recomputed_whatever_the_batch_since_the_incremental_path_has_a_fixed_cost():
     from lakehouse.gold.cost import INCREMENTAL_OVERHEAD_ROWS, RefreshEstimate, choose_refresh, recompute_whatever_the_keys
 
-    small_view = (20_000, 24_200, 4_200)  # gold, source and parent rows
+    small_view = (20_000, 20_000)  # gold and base rows (the parent tables weigh the same on both paths)
     one_key = choose_refresh(RefreshEstimate(1, *small_view))
-    assert one_key.path == "recompute" and f"incremental ~{INCREMENTAL_OVERHEAD_ROWS + 22 + 4_200:,.0f}" in one_key.reason
+    assert one_key.path == "recompute" and f"incremental ~{INCREMENTAL_OVERHEAD_ROWS + 22:,.0f}, recompute ~30,000" in one_key.reason
     assert recompute_whatever_the_keys(*small_view, INCREMENTAL_OVERHEAD_ROWS).path == "recompute"
     # without the fixed cost (options.gold_incremental_overhead_rows: 0) one key is cheaper incrementally
     assert choose_refresh(RefreshEstimate(1, *small_view, overhead_rows=0)).path == "incremental"
     assert recompute_whatever_the_keys(*small_view, 0) is None
     # a large view keeps the choice to the keys
-    assert recompute_whatever_the_keys(10_000_000, 12_100_000, 2_100_000, INCREMENTAL_OVERHEAD_ROWS) is None
+    assert recompute_whatever_the_keys(10_000_000, 10_000_000, INCREMENTAL_OVERHEAD_ROWS) is None
 
 
 def test_a_batch_too_small_to_prove_a_recompute_does_not_count_its_keys():
     from lakehouse.gold.cost import counting_keys_may_pick_recompute
 
-    sizes = (10_000_000, 12_100_000, 2_100_000)  # gold, source and parent rows
+    sizes = (10_000_000, 10_000_000)  # gold and base rows
     assert not counting_keys_may_pick_recompute(12, *sizes)  # even 12 keys keep the incremental path cheaper
     assert counting_keys_may_pick_recompute(3_000_000, *sizes)  # so many rows may be so many keys: count them
     assert counting_keys_may_pick_recompute(None, *sizes)  # no bound known (a direct call): count

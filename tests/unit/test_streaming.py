@@ -580,3 +580,32 @@ def test_a_stream_counts_the_rows_its_queries_read_and_says_none_when_it_cannot_
     assert stream.rows_read() is None
     stream.query = SimpleNamespace()  # no progress list at all (a fake)
     assert stream.rows_read() is None
+
+
+def test_python_garbage_holding_jvm_objects_is_released_at_most_every_interval():
+    """A py4j proxy in a reference cycle pins its JVM object until a full collection: runs of
+    queries collect one at most every `every_s` (a continuous run's driver filled without)."""
+    import gc
+    import weakref
+
+    from lakehouse.streaming import GarbageRelease
+
+    class Proxy:
+        pass
+
+    def cycle() -> weakref.ref:
+        proxy = Proxy()
+        proxy.itself = proxy
+        return weakref.ref(proxy)
+
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        pinned = cycle()
+        GarbageRelease(every_s=3600)()  # the interval has not passed: nothing collected
+        assert pinned() is not None
+        GarbageRelease(every_s=0)()
+        assert pinned() is None
+    finally:
+        if was_enabled:
+            gc.enable()
