@@ -153,7 +153,8 @@ def plot_freshness(result: dict[str, Any], out: Path) -> Path:
 
 
 def _freshness_runs(fig: Any, ax: Any, runs: Sequence[dict[str, Any]], out: Path) -> Path:
-    """Runs at one rate (schedules side by side, in the order run; a run's optional `label` names its bar group): p50 / p95 / p99 bars per run."""
+    """Runs at one rate, side by side in the order run (schedules, durations): p50 / p95 / p99
+    bars per run, each group named by the run's optional `label`."""
     width = 0.27
     for i, (key, name) in enumerate((("p50_s", "p50"), ("p95_s", "p95"), ("p99_s", "p99"))):
         xs = [j + (i - 1) * width for j in range(len(runs))]
