@@ -156,6 +156,7 @@ def _freshness_runs(fig: Any, ax: Any, runs: Sequence[dict[str, Any]], out: Path
     """Runs at one rate, side by side in the order run (schedules, durations): p50 / p95 / p99
     bars per run, each group named by the run's optional `label`."""
     width = 0.27
+    fig.set_size_inches(max(fig.get_size_inches()[0], 1.3 * len(runs)), fig.get_size_inches()[1])
     for i, (key, name) in enumerate((("p50_s", "p50"), ("p95_s", "p95"), ("p99_s", "p99"))):
         xs = [j + (i - 1) * width for j in range(len(runs))]
         bars = ax.bar(xs, [r[key] for r in runs], width, label=name)
