@@ -87,3 +87,16 @@ def test_a_gold_cell_timed_more_than_once_reports_its_medians_and_spread() -> No
     assert (auto["runs"], auto["gold_s"], auto["full_recompute_s"], auto["paths"]) == (2, 19.0, 9.0, ["incremental", "recompute"])
     table = render_cells({"fact_rows": 1_000_000, "cells": [inc, auto]})
     assert "| 1,000,000 | oltp | 0.10% | incremental | incremental | 3 | 15.0 | 12.0-30.0 | 9.0 | 0.6x |" in table
+
+
+def test_freshness_runs_at_one_rate_are_drawn_side_by_side(tmp_path) -> None:
+    from testkit.bench.plot import plot_freshness
+
+    def run(schedule: str, p50: float, bounded: bool, **extra) -> dict:
+        return {"rate": 500.0, "schedule": schedule, "duration_s": 120.0, "changes_seen": 10, "p50_s": p50,
+                "p95_s": p50 * 1.5, "p99_s": p50 * 1.6, "bounded": bounded, **extra}
+
+    result = {"rates": [run("concurrent", 92.0, True), run("chained", 46.0, True, label="chained\n10 min"), run("chained", 167.0, False)],
+              "highest_bounded_rate": 500.0}
+    out = plot_freshness(result, tmp_path / "runs.png")
+    assert out.exists() and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
