@@ -100,8 +100,9 @@ def local_spark_conf(lake: Path, ui: bool = False) -> dict[str, str]:
         "spark.default.parallelism": "4",
         # Memory pages of 4 MB instead of the 32 MB Spark sizes for this heap: Spark 4.1's sort
         # keeps each task's sorter in a thread-local of the pooled task threads (SortExec's
-        # `rowSorter`, SPARK-52609), so sorters long finished pin their pages; a continuous run's
-        # driver held 19 of them (608 MB of its 4 GB) three minutes in (a JFR heap sample).
+        # `rowSorter`, SPARK-52609), so sorters long finished pin their pages: three minutes into a
+        # continuous run the driver held 19 sorters (`jmap -histo:live`) and 588 MB of long arrays,
+        # the sampled ones 32 MB pages pinned that way (JFR's old-object samples).
         "spark.buffer.pageSize": "4m",
         "spark.sql.adaptive.enabled": "true",
         # Runtime bloom filters build a filter in a subquery job before a join whose other side is

@@ -203,7 +203,8 @@ class _ViewMaintainer:
             + (f"; {stats['path']}: {stats['reason']}" if "path" in stats else "")
         )
         stats = {**stats, "changes": changes, "seconds": seconds, "phases": {"read": read_seconds, **stats["phases"]}}
-        log.debug("%s: %s", line, ", ".join(f"{phase} {s:.2f}s" for phase, s in stats["phases"].items()))
+        if log.isEnabledFor(logging.DEBUG):  # the phases' line is built only when it is written
+            log.debug("%s: %s", line, ", ".join(f"{phase} {s:.2f}s" for phase, s in stats["phases"].items()))
         written = stats["inserted"] + stats["updated"] + stats["deleted"]
         self.mailbox.send(session, Outcome(self.query_name, batch_id, self.plan.view.name, stats, line, changes, written))
 
