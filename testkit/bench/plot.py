@@ -152,18 +152,27 @@ def plot_freshness(result: dict[str, Any], out: Path) -> Path:
     return _save(fig, out, "cdc-enrich bench freshness (continuous run" + (", PostgreSQL + Debezium)" if postgres else ")"))
 
 
+def freshness_groups(runs: Sequence[dict[str, Any]]) -> list[tuple[str, float, float, float]]:
+    """Runs at one rate as the plot draws them, in the order run: each group's label (the run's
+    optional `label`, else its schedule and how long it sent, marked when its lag was not
+    bounded) and its p50 / p95 / p99 bars."""
+    groups = []
+    for r in runs:
+        label = r.get("label") or f"{r.get('schedule', 'concurrent')}\n{r['duration_s']:.0f}s sent"
+        groups.append((label + ("" if r["bounded"] else "\nNOT bounded"), r["p50_s"], r["p95_s"], r["p99_s"]))
+    return groups
+
+
 def _freshness_runs(fig: Any, ax: Any, runs: Sequence[dict[str, Any]], out: Path) -> Path:
-    """Runs at one rate, side by side in the order run (schedules, durations): p50 / p95 / p99
-    bars per run, each group named by the run's optional `label`."""
+    """Runs at one rate, side by side (`freshness_groups`): p50 / p95 / p99 bars per run."""
     width = 0.27
-    fig.set_size_inches(max(fig.get_size_inches()[0], 1.3 * len(runs)), fig.get_size_inches()[1])
-    for i, (key, name) in enumerate((("p50_s", "p50"), ("p95_s", "p95"), ("p99_s", "p99"))):
-        xs = [j + (i - 1) * width for j in range(len(runs))]
-        bars = ax.bar(xs, [r[key] for r in runs], width, label=name)
+    groups = freshness_groups(runs)
+    fig.set_size_inches(max(fig.get_size_inches()[0], 1.3 * len(groups)), fig.get_size_inches()[1])
+    for i, name in enumerate(("p50", "p95", "p99")):
+        xs = [j + (i - 1) * width for j in range(len(groups))]
+        bars = ax.bar(xs, [g[i + 1] for g in groups], width, label=name)
         ax.bar_label(bars, fmt="%.0f", fontsize=7)
-    labels = [r.get("label") or f"{r.get('schedule', 'concurrent')}\n{r['duration_s']:.0f}s sent" for r in runs]
-    labels = [label + ("" if r["bounded"] else "\nNOT bounded") for label, r in zip(labels, runs)]
-    ax.set_xticks(range(len(runs)), labels, fontsize=7)
+    ax.set_xticks(range(len(groups)), [g[0] for g in groups], fontsize=7)
     ax.set_xlabel(f"runs at {runs[0]['rate']:g} changes per second (Kafka records), in the order run")
     ax.set_ylabel("seconds from source commit to gold commit")
     ax.grid(True, axis="y", alpha=0.3)

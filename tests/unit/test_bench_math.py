@@ -90,13 +90,19 @@ def test_a_gold_cell_timed_more_than_once_reports_its_medians_and_spread() -> No
 
 
 def test_freshness_runs_at_one_rate_are_drawn_side_by_side(tmp_path) -> None:
-    from testkit.bench.plot import plot_freshness
+    from testkit.bench.plot import freshness_groups, plot_freshness
 
-    def run(schedule: str, p50: float, bounded: bool, **extra) -> dict:
+    def run(schedule: str, p50: float, p95: float, p99: float, bounded: bool, **extra) -> dict:
         return {"rate": 500.0, "schedule": schedule, "duration_s": 120.0, "changes_seen": 10, "p50_s": p50,
-                "p95_s": p50 * 1.5, "p99_s": p50 * 1.6, "bounded": bounded, **extra}
+                "p95_s": p95, "p99_s": p99, "bounded": bounded, **extra}
 
-    result = {"rates": [run("concurrent", 92.0, True), run("chained", 46.0, True, label="chained\n10 min"), run("chained", 167.0, False)],
+    result = {"rates": [run("concurrent", 92.0, 146.0, 150.0, True), run("chained", 46.0, 67.0, 71.0, True, label="chained\n10 min"),
+                        run("chained", 167.0, 393.0, 430.0, False)],
               "highest_bounded_rate": 500.0}
+    assert freshness_groups(result["rates"]) == [
+        ("concurrent\n120s sent", 92.0, 146.0, 150.0),
+        ("chained\n10 min", 46.0, 67.0, 71.0),
+        ("chained\n120s sent\nNOT bounded", 167.0, 393.0, 430.0),
+    ]
     out = plot_freshness(result, tmp_path / "runs.png")
     assert out.exists() and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
