@@ -341,7 +341,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         else:
             from testkit.bench.gold import bench_gold
 
-            from testkit.bench.gold import render_cells, render_table
+            from testkit.bench.gold import render_cells, render_phase_reads, render_table
 
             kwargs: dict[str, Any] = {"fact_rows": args.rows} if args.rows else {}
             if args.repeats:
@@ -354,6 +354,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 kwargs["refresh"] = tuple(m.strip() for m in args.refresh.split(",") if m.strip())
             results[name] = bench_gold(spark, pipeline, lake, progress=_say, **kwargs)
             _say(render_table(results[name]))
+            _say(render_phase_reads(results[name]))
             if results[name]["repeats"] > 1:
                 _say(render_cells(results[name]))
         if args.out:  # for `python -m testkit.bench.plot`

@@ -386,7 +386,7 @@ def process_as_of(
     write carries (app id, `version`) as its Delta txn, so a replayed batch writes nothing twice."""
     clock = PhaseClock()
     stats: dict[str, Any] = {"affected_keys": 0, "inserted": 0, "updated": 0, "deleted": 0, "subscriptions_written": 0,
-                             "kept_beyond_retention": 0, "phases": clock.phases}
+                             "kept_beyond_retention": 0, "phases": clock.phases, "spans": clock.spans}
     target = gold_table(pipeline, plan.view.name)
     index = index_table(pipeline, plan.view)
     tag = (lambda table: app_id(table)) if app_id else (lambda table: None)

@@ -6,13 +6,18 @@ import time
 
 
 class PhaseClock:
-    """`lap(phase)` adds the seconds since the last lap to `phases[phase]`."""
+    """`lap(phase)` adds the seconds since the last lap to `phases[phase]` and records the
+    phase's span in wall-clock time (`spans`: phase, start, end, epoch seconds), so what ran in
+    it (Spark jobs, scans) can be matched to it afterwards."""
 
     def __init__(self) -> None:
         self.phases: dict[str, float] = {}
+        self.spans: list[tuple[str, float, float]] = []
         self._last = time.monotonic()
+        self._last_wall = time.time()
 
     def lap(self, phase: str) -> None:
-        now = time.monotonic()
+        now, wall = time.monotonic(), time.time()
         self.phases[phase] = self.phases.get(phase, 0.0) + now - self._last
-        self._last = now
+        self.spans.append((phase, self._last_wall, wall))
+        self._last, self._last_wall = now, wall

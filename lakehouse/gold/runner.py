@@ -80,6 +80,7 @@ from lakehouse.tables import (
 # --------------------------------------------------------------------------- the streaming runner
 
 log = logging.getLogger("lakehouse.gold")
+SPANS_KEPT = 200  # a view's run keeps its latest phases' spans: a continuous run's would grow without end
 
 
 @dataclass
@@ -98,6 +99,7 @@ class ViewRun:
     late_events: int = 0  # windowed views: events that arrived after their window closed (recorded, not joined)
     seconds: float = 0.0
     phases: dict[str, float] = field(default_factory=dict)  # seconds per phase, summed
+    spans: list[tuple[str, float, float]] = field(default_factory=list)  # the latest phases' wall-clock spans (`PhaseClock`)
     paths: dict[str, int] = field(default_factory=dict)  # batches per refresh path (build, incremental, recompute)
     last_reason: str | None = None  # why the last batch took its path
     skipped: str | None = None
@@ -173,13 +175,13 @@ class _ViewMaintainer:
         return f"cdc-enrich/{self.pipeline.name}/gold_{self.plan.view.name}/{self.query_id}/{target}"
 
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
-        started = time.monotonic()
+        started, started_wall = time.monotonic(), time.time()
         session = batch_df.sparkSession
         batch = batch_df.localCheckpoint(eager=False)  # kept by the count below, then split by source
         counts = {r["_source"]: r["count"] for r in batch.groupBy("_source").count().collect()}
         if not counts:
             return
-        read_seconds = time.monotonic() - started
+        read_seconds, read_span = time.monotonic() - started, ("read", started_wall, time.time())
         changes = sum(counts.values())
         kind = view_kind(self.plan)
         feeds = kind.feeds(self.pipeline, self.plan)
@@ -202,7 +204,8 @@ class _ViewMaintainer:
             f"{stats['affected_keys']} key(s), +{stats['inserted']} ~{stats['updated']} -{stats['deleted']} ({seconds:.1f}s)"
             + (f"; {stats['path']}: {stats['reason']}" if "path" in stats else "")
         )
-        stats = {**stats, "changes": changes, "seconds": seconds, "phases": {"read": read_seconds, **stats["phases"]}}
+        stats = {**stats, "changes": changes, "seconds": seconds, "phases": {"read": read_seconds, **stats["phases"]},
+                 "spans": [read_span, *stats.get("spans", [])]}
         if log.isEnabledFor(logging.DEBUG):  # the phases' line is built only when it is written
             log.debug("%s: %s", line, ", ".join(f"{phase} {s:.2f}s" for phase, s in stats["phases"].items()))
         written = stats["inserted"] + stats["updated"] + stats["deleted"]
@@ -227,6 +230,7 @@ def _count_batch(run: ViewRun, outcome: Outcome, progress: Callable[[str], None]
     run.seconds += stats["seconds"]
     for phase, seconds in stats["phases"].items():
         run.phases[phase] = run.phases.get(phase, 0.0) + seconds
+    run.spans = [*run.spans, *(tuple(span) for span in stats.get("spans", []))][-SPANS_KEPT:]
     if progress:
         progress(outcome.line)
 
@@ -418,7 +422,7 @@ def _refresh_gold(
     no file), else by the affected keys, or by a recompute diffed against gold when the cost
     model (`lakehouse.gold.cost`) finds that cheaper (`early`: it found so before any key was
     counted; `sizes`: the tables' sizes it weighs, None when `options.gold_refresh` pins the path)."""
-    stats: dict[str, Any] = {"affected_keys": 0, "inserted": 0, "updated": 0, "deleted": 0, "phases": clock.phases}
+    stats: dict[str, Any] = {"affected_keys": 0, "inserted": 0, "updated": 0, "deleted": 0, "phases": clock.phases, "spans": clock.spans}
     txn = app_id(target) if app_id else None
     if building:
         # Nothing to diff against (a first run, a rebuild): the whole view, appended, is gold.

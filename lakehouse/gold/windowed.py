@@ -343,7 +343,7 @@ def process_windowed(
     clock = PhaseClock()
     tag = (lambda table: app_id(table)) if app_id else (lambda table: None)
     stats: dict[str, Any] = {"affected_keys": 0, "inserted": 0, "updated": 0, "deleted": 0, "subscriptions_written": 0,
-                             "late": 0, "phases": clock.phases}
+                             "late": 0, "phases": clock.phases, "spans": clock.spans}
     t_before = stream_time_before(session, pipeline, plan, version)
     mark_before = watermark_us(plan, t_before)
     judged: dict[str, DataFrame] = {}

@@ -54,6 +54,7 @@ from lakehouse.paths import checkpoint_dir
 from lakehouse.tables import gold_table, silver_current_schema, silver_current_table, subscription_table
 from lakehouse.verify.views import diff_frames
 from testkit.bench import check_workloads, fresh_schemas, markdown_table
+from testkit.bench.phases import phase_resources
 
 
 def _bench_pipeline(pipeline: Pipeline) -> Pipeline:
@@ -278,6 +279,7 @@ class SideBySide:
     jobs: int | None  # Spark jobs the gold run took (None without the UI)
     commits: dict[str, dict[str, int]]  # per table written: operations and their metrics
     full_s: float
+    phase_resources: dict[str, dict[str, Any]] | None = None  # per phase: jobs, files and rows read (`phases`)
 
 
 def side_by_side(spark: SparkSession, pipeline: Pipeline, lake: Path, view: str, written: Sequence[str], full_table: str) -> SideBySide:
@@ -288,11 +290,12 @@ def side_by_side(spark: SparkSession, pipeline: Pipeline, lake: Path, view: str,
     run = run_gold(spark, pipeline, lake, views=[view]).views[view]
     gold_s = time.monotonic() - started
     jobs_after = jobs_so_far(spark)
+    resources = phase_resources(spark, run.spans)  # before the recompute's jobs push the run's out of the UI
     commits = commits_since(spark, before)
     started = time.monotonic()
     full_recompute(spark, pipeline, view).write.format("delta").mode("overwrite").saveAsTable(full_table)
     jobs = jobs_after - jobs_before if jobs_after is not None and jobs_before is not None else None
-    return SideBySide(run, gold_s, jobs, commits, time.monotonic() - started)
+    return SideBySide(run, gold_s, jobs, commits, time.monotonic() - started, resources)
 
 
 def _catch_up(spark: SparkSession, pipeline: Pipeline, plan: ViewPlan) -> float:
@@ -404,6 +407,7 @@ def bench_gold(
             "spark_jobs": side.jobs,
             "gold_s": round(incremental, 2),
             "phases_s": {k: round(v, 2) for k, v in report.phases.items()},
+            "phase_reads": side.phase_resources,
             "commits": commits,
             "full_recompute_s": round(full, 2),
             "full_over_gold": round(full / incremental, 2) if incremental else None,
@@ -497,6 +501,19 @@ def render_table(result: dict[str, Any]) -> str:
 
 
 PHASES = ("subscriptions", "cost", "keys", "recompute", "merge")
+
+
+def render_phase_reads(result: dict[str, Any]) -> str:
+    """Each run's phases with what they ran (`testkit.bench.phases`): seconds, Spark jobs, and
+    files and rows its Parquet scans read, as a Markdown table (empty without a UI)."""
+    rows = []
+    for r in result["runs"]:
+        for phase, used in (r.get("phase_reads") or {}).items():
+            rows.append((f"{result['fact_rows']:,}", r["workload"], f"{r['fraction']:.2%}", _path(r), phase,
+                         f"{r['phases_s'].get(phase, 0.0):.1f}", used["jobs"], f"{used['files_read']:,}", f"{used['rows_read']:,}"))
+    if not rows:
+        return ""
+    return markdown_table(("rows", "workload", "fraction", "path", "phase", "s", "jobs", "files read", "rows read"), rows)
 
 
 def render_phases(result: dict[str, Any]) -> str:

@@ -129,3 +129,20 @@ def test_the_analyst_view_shows_the_declared_columns_and_freshness_never_lineage
     )
     assert "`customer_segment` COMMENT 'The customer''s current marketing segment'".replace("''", "\\'") in sql
     assert "Lineage columns stay on shop_gold.orders_enriched." in sql
+
+
+def test_a_phase_clock_sums_seconds_per_phase_and_keeps_each_laps_wall_clock_span():
+    import time
+
+    from lakehouse.gold.clock import PhaseClock
+
+    clock = PhaseClock()
+    before = time.time()
+    clock.lap("keys")
+    clock.lap("merge")
+    clock.lap("keys")
+    assert list(clock.phases) == ["keys", "merge"] and all(s >= 0 for s in clock.phases.values())
+    assert [s[0] for s in clock.spans] == ["keys", "merge", "keys"]
+    assert all(start <= end for _, start, end in clock.spans)
+    assert all(a[2] == b[1] for a, b in zip(clock.spans, clock.spans[1:]))  # contiguous: every second is some phase's
+    assert clock.spans[0][1] <= before + 1 and clock.spans[-1][2] <= time.time()

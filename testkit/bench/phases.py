@@ -1,0 +1,118 @@
+"""What each phase of a gold batch ran: Spark jobs, and files and rows its table scans read.
+
+The engine records each phase's wall-clock span (`lakehouse.gold.clock.PhaseClock`); the bench
+reads the Spark UI's REST API after the run (its jobs, and its SQL executions with their plans'
+scan metrics) and counts each job or execution in the phase during which it was submitted. Only
+one view runs at a time in a bench, so everything submitted in a span is that phase's.
+
+Scans are Parquet file scans (Delta tables): "number of files read" and "number of output rows"
+of each `Scan parquet <table>` node. A MERGE's own scans run inside Delta's command and appear as
+executions of their own when Spark lists them; rows of a local checkpoint read back are not
+counted (they were counted when computed).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.request
+from datetime import datetime, timezone
+from typing import Any, Iterable, Sequence
+
+from pyspark.sql import SparkSession
+
+Span = tuple[str, float, float]  # phase, start, end (epoch seconds)
+
+SCAN_PREFIX = "Scan parquet "
+
+
+def ui_time(text: str) -> float:
+    """Epoch seconds of a time as the UI's REST API writes it.
+
+    >>> ui_time("1970-01-01T00:00:01.500GMT")
+    1.5
+    """
+    return datetime.strptime(text.replace("GMT", ""), "%Y-%m-%dT%H:%M:%S.%f").replace(tzinfo=timezone.utc).timestamp()
+
+
+def metric_number(value: str) -> int:
+    """The first number of a UI metric value ("1,234", "1,234 (min, med, max ...)")."""
+    found = re.search(r"\d[\d,]*", value or "")
+    return int(found.group(0).replace(",", "")) if found else 0
+
+
+def scans_of(execution: dict[str, Any]) -> list[dict[str, Any]]:
+    """The Parquet scans of one SQL execution (REST `sql?details=true`): table, files, rows."""
+    scans = []
+    for node in execution.get("nodes", []):
+        name = node.get("nodeName", "")
+        if not name.startswith(SCAN_PREFIX):
+            continue
+        metrics = {m["name"]: m["value"] for m in node.get("metrics", [])}
+        scans.append({
+            "table": name[len(SCAN_PREFIX):].strip(),
+            "files": metric_number(metrics.get("number of files read", "")),
+            "rows": metric_number(metrics.get("number of output rows", "")),
+        })
+    return scans
+
+
+def phase_of(spans: Sequence[Span], at: float) -> str | None:
+    """The phase whose span holds `at` (None: outside every span)."""
+    for phase, start, end in spans:
+        if start <= at <= end:
+            return phase
+    return None
+
+
+def attribute(spans: Sequence[Span], job_times: Iterable[float], executions: Iterable[tuple[float, list[dict[str, Any]]]]) -> dict[str, dict[str, Any]]:
+    """Per phase (in the spans' order): Spark jobs submitted in it, and the files and rows its
+    executions' scans read, per table and in all.
+
+    >>> spans = [("keys", 10.0, 12.0), ("merge", 12.0, 15.0)]
+    >>> out = attribute(spans, [10.5, 11.0, 13.0, 99.0], [(11.5, [{"table": "t", "files": 2, "rows": 50}])])
+    >>> out["keys"]["jobs"], out["keys"]["files_read"], out["keys"]["rows_read"], out["merge"]["jobs"]
+    (2, 2, 50, 1)
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for phase, _, _ in spans:
+        out.setdefault(phase, {"jobs": 0, "files_read": 0, "rows_read": 0, "tables": {}})
+    for at in job_times:
+        phase = phase_of(spans, at)
+        if phase is not None:
+            out[phase]["jobs"] += 1
+    for at, scans in executions:
+        phase = phase_of(spans, at)
+        if phase is None:
+            continue
+        for scan in scans:
+            entry = out[phase]
+            entry["files_read"] += scan["files"]
+            entry["rows_read"] += scan["rows"]
+            table = entry["tables"].setdefault(scan["table"], {"files": 0, "rows": 0})
+            table["files"] += scan["files"]
+            table["rows"] += scan["rows"]
+    return out
+
+
+def _rest(spark: SparkSession, path: str) -> Any:
+    url = spark.sparkContext.uiWebUrl
+    app = spark.sparkContext.applicationId
+    with urllib.request.urlopen(f"{url}/api/v1/applications/{app}/{path}", timeout=30) as r:
+        return json.load(r)
+
+
+def phase_resources(spark: SparkSession, spans: Sequence[Span]) -> dict[str, dict[str, Any]] | None:
+    """`attribute` over the jobs and SQL executions the UI holds (None without a UI). Call it
+    right after the run: the UI keeps the latest 1,000 jobs and executions."""
+    if not spans or not spark.sparkContext.uiWebUrl:
+        return None
+    first, last = min(s[1] for s in spans), max(s[2] for s in spans)
+    try:
+        jobs = [ui_time(j["submissionTime"]) for j in _rest(spark, "jobs") if "submissionTime" in j]
+        executions = _rest(spark, "sql?details=true&planDescription=false&offset=0&length=100000")
+    except OSError:
+        return None
+    timed = [(ui_time(e["submissionTime"]), e) for e in executions if "submissionTime" in e]
+    return attribute(spans, [t for t in jobs if first <= t <= last],
+                     [(t, scans_of(e)) for t, e in timed if first <= t <= last])
