@@ -124,7 +124,9 @@ def walk_back(
     With `prune_limit`, up to that many distinct target keys are collected first: none means no
     lookup at all, and a few become a literal `IN` on the first fk column, which is what lets
     Delta skip the files of a subscription table clustered by fk (KIP-213's prefix scan); more
-    become a few fk ranges (`layout.key_ranges_of`).
+    become a few fk ranges (`layout.key_ranges_of`) over the keys checkpointed once, so the hops
+    before this one are not looked up again for each use (at 10M fact rows the customers'
+    subscriptions were read four times for one hop, 2026-12-06).
     """
     renamed = keys.select(*[F.col(k).alias(f"_k{i}") for i, k in enumerate(target.primary_key)]).distinct()
     if prune_limit is not None:
@@ -135,7 +137,9 @@ def walk_back(
                 return local_frame(session, [], StructType([subscriptions.schema[c] for c in parent.primary_key]))
             renamed = local_frame(session, rows, renamed.schema)
             subscriptions = subscriptions.where(F.col(fk.columns[0]).isin(sorted({r[0] for r in rows if r[0] is not None})))
-        else:  # many: the fk ranges they fall in (a table clustered by fk keeps them in few files)
+        else:  # many: the fk ranges they fall in (a table clustered by fk keeps them in few files),
+            # computed once: the ranges' two jobs and the join would each walk the earlier hops again
+            renamed = renamed.localCheckpoint(eager=True)
             subscriptions = subscriptions.where(range_predicate(fk.columns[0], key_ranges_of(renamed, "_k0")))
     cond = None
     for i, c in enumerate(fk.columns):

@@ -137,6 +137,8 @@ def test_a_change_two_hops_away_finds_the_base_keys_through_subscriptions(spark,
     assert sorted(tuple(r) for r in keys.collect()) == [(100, 1), (100, 2), (101, 1)]
     pruned = affected_base_keys(plan, customer_changed, lookup, prune_limit=10)  # literal IN per hop
     assert sorted(tuple(r) for r in pruned.collect()) == [(100, 1), (100, 2), (101, 1)]
+    ranged = affected_base_keys(plan, customer_changed, lookup, prune_limit=1)  # two orders, over the limit: fk ranges
+    assert sorted(tuple(r) for r in ranged.collect()) == [(100, 1), (100, 2), (101, 1)]
     several = {
         "products": spark.createDataFrame([(55,)], "id bigint"),
         "order_items": spark.createDataFrame([(999, 9)], "order_id bigint, line_no int"),
