@@ -41,6 +41,18 @@ def metric_number(value: str) -> int:
     return int(found.group(0).replace(",", "")) if found else 0
 
 
+def job_kind(job: dict[str, Any]) -> str:
+    """What a job was, from the UI's REST entry: its description (Delta names its own jobs, e.g.
+    "Delta: Filtering files for query") or else its action and call site's file and line
+    ("collect at frames.py:131")."""
+    text = (job.get("description") or job.get("name") or "").strip().splitlines()
+    first = text[0] if text else ""
+    if " at " in first and not first.startswith("Delta"):
+        action, site = first.split(" at ", 1)
+        return f"{action} at {site.rsplit('/', 1)[-1]}"[:80]
+    return first[:80]
+
+
 def scans_of(execution: dict[str, Any]) -> list[dict[str, Any]]:
     """The Parquet scans of one SQL execution (REST `sql?details=true`): table, files, rows."""
     scans = []
@@ -65,22 +77,25 @@ def phase_of(spans: Sequence[Span], at: float) -> str | None:
     return None
 
 
-def attribute(spans: Sequence[Span], job_times: Iterable[float], executions: Iterable[tuple[float, list[dict[str, Any]]]]) -> dict[str, dict[str, Any]]:
-    """Per phase (in the spans' order): Spark jobs submitted in it, and the files and rows its
-    executions' scans read, per table and in all.
+def attribute(spans: Sequence[Span], jobs: Iterable[tuple[float, str]], executions: Iterable[tuple[float, list[dict[str, Any]]]]) -> dict[str, dict[str, Any]]:
+    """Per phase (in the spans' order): Spark jobs submitted in it (`jobs`: submission time and
+    what the job was, counted per kind in `job_kinds`), and the files and rows its executions'
+    scans read, per table and in all.
 
     >>> spans = [("keys", 10.0, 12.0), ("merge", 12.0, 15.0)]
-    >>> out = attribute(spans, [10.5, 11.0, 13.0, 99.0], [(11.5, [{"table": "t", "files": 2, "rows": 50}])])
-    >>> out["keys"]["jobs"], out["keys"]["files_read"], out["keys"]["rows_read"], out["merge"]["jobs"]
-    (2, 2, 50, 1)
+    >>> jobs = [(10.5, "collect"), (11.0, "collect"), (13.0, "Delta: Filtering files"), (99.0, "x")]
+    >>> out = attribute(spans, jobs, [(11.5, [{"table": "t", "files": 2, "rows": 50}])])
+    >>> out["keys"]["jobs"], out["keys"]["job_kinds"], out["keys"]["files_read"], out["keys"]["rows_read"], out["merge"]["jobs"]
+    (2, {'collect': 2}, 2, 50, 1)
     """
     out: dict[str, dict[str, Any]] = {}
     for phase, _, _ in spans:
-        out.setdefault(phase, {"jobs": 0, "files_read": 0, "rows_read": 0, "tables": {}})
-    for at in job_times:
+        out.setdefault(phase, {"jobs": 0, "job_kinds": {}, "files_read": 0, "rows_read": 0, "tables": {}})
+    for at, kind in jobs:
         phase = phase_of(spans, at)
         if phase is not None:
             out[phase]["jobs"] += 1
+            out[phase]["job_kinds"][kind] = out[phase]["job_kinds"].get(kind, 0) + 1
     for at, scans in executions:
         phase = phase_of(spans, at)
         if phase is None:
@@ -109,10 +124,10 @@ def phase_resources(spark: SparkSession, spans: Sequence[Span]) -> dict[str, dic
         return None
     first, last = min(s[1] for s in spans), max(s[2] for s in spans)
     try:
-        jobs = [ui_time(j["submissionTime"]) for j in _rest(spark, "jobs") if "submissionTime" in j]
+        jobs = [(ui_time(j["submissionTime"]), job_kind(j)) for j in _rest(spark, "jobs") if "submissionTime" in j]
         executions = _rest(spark, "sql?details=true&planDescription=false&offset=0&length=100000")
     except OSError:
         return None
     timed = [(ui_time(e["submissionTime"]), e) for e in executions if "submissionTime" in e]
-    return attribute(spans, [t for t in jobs if first <= t <= last],
+    return attribute(spans, [(t, kind) for t, kind in jobs if first <= t <= last],
                      [(t, scans_of(e)) for t, e in timed if first <= t <= last])

@@ -112,7 +112,8 @@ def test_a_batch_phase_is_charged_with_the_jobs_and_scans_submitted_during_it() 
     from testkit.bench.phases import attribute
 
     spans = [("read", 0.0, 1.0), ("keys", 1.0, 3.0), ("merge", 3.0, 7.0)]
-    jobs = [0.5, 1.5, 2.0, 4.0, 6.5, 9.0]  # the last after the batch: another run's
+    jobs = [(0.5, "collect"), (1.5, "collect"), (2.0, "count"), (4.0, "Delta: Filtering files for query"), (6.5, "collect"),
+            (9.0, "collect")]  # the last after the batch: another run's
     scans = [
         (1.2, [{"table": "subs", "files": 3, "rows": 300}]),
         (4.0, [{"table": "gold", "files": 10, "rows": 1000}, {"table": "gold", "files": 10, "rows": 1000}]),
@@ -121,13 +122,14 @@ def test_a_batch_phase_is_charged_with_the_jobs_and_scans_submitted_during_it() 
     out = attribute(spans, jobs, scans)
     assert list(out) == ["read", "keys", "merge"]
     assert [out[p]["jobs"] for p in out] == [1, 2, 2]
+    assert out["keys"]["job_kinds"] == {"collect": 1, "count": 1}
     assert (out["keys"]["files_read"], out["keys"]["rows_read"]) == (3, 300)
     assert out["merge"]["tables"] == {"gold": {"files": 20, "rows": 2000}}
-    assert out["read"] == {"jobs": 1, "files_read": 0, "rows_read": 0, "tables": {}}
+    assert out["read"] == {"jobs": 1, "job_kinds": {"collect": 1}, "files_read": 0, "rows_read": 0, "tables": {}}
 
 
 def test_scans_are_read_from_the_ui_plans_parquet_nodes() -> None:
-    from testkit.bench.phases import metric_number, scans_of, ui_time
+    from testkit.bench.phases import job_kind, metric_number, scans_of, ui_time
 
     execution = {"nodes": [
         {"nodeName": "Scan parquet spark_catalog.silver.orders_store",
@@ -139,3 +141,5 @@ def test_scans_are_read_from_the_ui_plans_parquet_nodes() -> None:
     assert scans_of(execution) == [{"table": "spark_catalog.silver.orders_store", "files": 12, "rows": 1_000_040}]
     assert metric_number("total (min, med, max)\n1,234 (1, 2, 3)") == 1234 and metric_number("") == 0
     assert ui_time("1970-01-01T00:00:01.500GMT") == 1.5
+    assert job_kind({"name": "collect at /work/lakehouse/gold/frames.py:131"}) == "collect at frames.py:131"
+    assert job_kind({"description": "Delta: Filtering files for query", "name": "x at y"}) == "Delta: Filtering files for query"
