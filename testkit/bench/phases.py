@@ -41,16 +41,27 @@ def metric_number(value: str) -> int:
     return int(found.group(0).replace(",", "")) if found else 0
 
 
+#: Call sites that say what kind of job it was (a streaming batch's jobs all carry the query's
+#: description, and a JVM call site names Spark's or Delta's machinery, not the engine's line).
+JOB_SITES = (
+    ("withThreadLocalCaptured", "query stage (adaptive execution, broadcast)"),
+    ("recordDeltaOperation", "Delta operation"),
+    ("clientserver.py", "action called from Python"),
+    ("localCheckpoint", "local checkpoint"),
+)
+
+
 def job_kind(job: dict[str, Any]) -> str:
-    """What a job was, from the UI's REST entry: its description (Delta names its own jobs, e.g.
-    "Delta: Filtering files for query") or else its action and call site's file and line
-    ("collect at frames.py:131")."""
-    text = (job.get("description") or job.get("name") or "").strip().splitlines()
-    first = text[0] if text else ""
-    if " at " in first and not first.startswith("Delta"):
+    """What kind of job it was, from the UI's REST entry: its call site mapped by `JOB_SITES`,
+    else the action and the call site's file and line ("count at frames.py:131"); "in a Delta
+    command" when Delta described it as its own (its description then starts with "Delta:")."""
+    first = ((job.get("name") or "").strip().splitlines() or [""])[0]
+    kind = next((name for site, name in JOB_SITES if site in first), None)
+    if kind is None and " at " in first:
         action, site = first.split(" at ", 1)
-        return f"{action} at {site.rsplit('/', 1)[-1]}"[:80]
-    return first[:80]
+        kind = f"{action} at {site.rsplit('/', 1)[-1]}"
+    delta = (job.get("description") or "").startswith("Delta:")
+    return (kind or first or "unnamed")[:80] + (", in a Delta command" if delta else "")
 
 
 def scans_of(execution: dict[str, Any]) -> list[dict[str, Any]]:

@@ -142,4 +142,8 @@ def test_scans_are_read_from_the_ui_plans_parquet_nodes() -> None:
     assert metric_number("total (min, med, max)\n1,234 (1, 2, 3)") == 1234 and metric_number("") == 0
     assert ui_time("1970-01-01T00:00:01.500GMT") == 1.5
     assert job_kind({"name": "collect at /work/lakehouse/gold/frames.py:131"}) == "collect at frames.py:131"
-    assert job_kind({"description": "Delta: Filtering files for query", "name": "x at y"}) == "Delta: Filtering files for query"
+    assert job_kind({"description": "Delta: gold_v", "name": "count at /x/DeltaLog.scala:9"}) == "count at DeltaLog.scala:9, in a Delta command"
+    assert job_kind({"name": "$anonfun$withThreadLocalCaptured$2 at CompletableFuture.java:1768"}) == "query stage (adaptive execution, broadcast)"
+    assert job_kind({"description": "Delta: gold_v", "name": "$anonfun$recordDeltaOperationInternal$1 at DatabricksLogging.scala:128"}) == (
+        "Delta operation, in a Delta command")
+    assert job_kind({}) == "unnamed"
