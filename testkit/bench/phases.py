@@ -6,9 +6,9 @@ scan metrics) and counts each job or execution in the phase during which it was 
 one view runs at a time in a bench, so everything submitted in a span is that phase's.
 
 Scans are Parquet file scans (Delta tables): "number of files read" and "number of output rows"
-of each `Scan parquet <table>` node. A MERGE's own scans run inside Delta's command and appear as
-executions of their own when Spark lists them; rows of a local checkpoint read back are not
-counted (they were counted when computed).
+of each `Scan parquet <table>` node. A MERGE's scans inside Delta's command are executions of
+their own in the UI, so they count too (a gold MERGE's phase shows gold read three times); a
+local checkpoint read back is not a Parquet scan and is not counted (its rows were, when computed).
 """
 
 from __future__ import annotations
