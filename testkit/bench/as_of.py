@@ -212,7 +212,7 @@ def bench_as_of(
             "events_reenriched": report.affected_keys, "path": report.last_reason,
             "gold_inserted_updated_deleted": [report.inserted, report.updated, report.deleted],
             "spark_jobs": side.jobs, "gold_s": round(side.gold_s, 2), "phases_s": {k: round(v, 2) for k, v in report.phases.items()},
-            "commits": side.commits, "full_recompute_s": round(side.full_s, 2),
+            "phase_reads": side.phase_resources, "commits": side.commits, "full_recompute_s": round(side.full_s, 2),
             "full_over_gold": round(side.full_s / side.gold_s, 2) if side.gold_s else None,
         }
         runs.append(run)

@@ -100,6 +100,7 @@ def bench_global_row(
             "spark_jobs": side.jobs,
             "gold_s": round(side.gold_s, 2),
             "phases_s": {k: round(v, 2) for k, v in side.run.phases.items()},
+            "phase_reads": side.phase_resources,
             "full_recompute_s": round(side.full_s, 2),
             "full_over_gold": round(side.full_s / side.gold_s, 2) if side.gold_s else None,
         }
