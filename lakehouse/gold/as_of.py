@@ -414,10 +414,13 @@ def process_as_of(
     if count == 0:
         return stats
     joinable = F.broadcast(keys) if count <= BROADCAST_ROW_LIMIT else keys  # one row per affected event
+    only_new = not spans and _only_new_events(changes[base.name])
     current = events_of(session, pipeline, plan, joinable, ranges)
+    if not only_new:  # read once: the chain, then the delete markers of the MERGE source
+        current = current.localCheckpoint(eager=True)
     chain = lookup_chain(plan, current.where(~F.col("_deleted")), history_reader(session, pipeline), checkpoint_hops=True)
     chain = chain.localCheckpoint(eager=True)
-    if not spans and _only_new_events(changes[base.name]):
+    if only_new:
         # Events new to silver: inserts into gold and the index, nothing to update or delete;
         # skipping the ones a first build already wrote (`insert_new_rows`).
         rows = as_of_rows(plan, chain).localCheckpoint(eager=True)
