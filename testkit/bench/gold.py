@@ -54,7 +54,7 @@ from lakehouse.paths import checkpoint_dir
 from lakehouse.tables import gold_table, silver_current_schema, silver_current_table, subscription_table
 from lakehouse.verify.views import diff_frames
 from testkit.bench import check_workloads, fresh_schemas, markdown_table
-from testkit.bench.phases import phase_resources
+from testkit.bench.phases import phase_resources, ui_rest
 
 
 def _bench_pipeline(pipeline: Pipeline) -> Pipeline:
@@ -257,19 +257,18 @@ def commits_since(spark: SparkSession, before: dict[str, int]) -> dict[str, dict
 
 def jobs_so_far(spark: SparkSession) -> int | None:
     """The highest Spark job id so far (the UI's REST API; None without a UI)."""
-    import json
-    import urllib.request
-
-    url = spark.sparkContext.uiWebUrl
-    if not url:
+    if not spark.sparkContext.uiWebUrl:
         return None
     try:
-        app = spark.sparkContext.applicationId
-        with urllib.request.urlopen(f"{url}/api/v1/applications/{app}/jobs", timeout=10) as r:
-            jobs = json.load(r)
-        return max((j["jobId"] for j in jobs), default=-1)
+        return max((j["jobId"] for j in ui_rest(spark, "jobs")), default=-1)
     except OSError:
         return None
+
+
+#: The full recompute's entry among a run's `phase_reads` (beside the batch's own phases).
+FULL_RECOMPUTE = "full recompute"
+
+
 @dataclass
 class SideBySide:
     """One gold run as a user runs it, then the full recompute of the view on the same data."""
@@ -290,14 +289,14 @@ def side_by_side(spark: SparkSession, pipeline: Pipeline, lake: Path, view: str,
     run = run_gold(spark, pipeline, lake, views=[view]).views[view]
     gold_s = time.monotonic() - started
     jobs_after = jobs_so_far(spark)
-    resources = phase_resources(spark, run.spans)  # before the recompute's jobs push the run's out of the UI
     commits = commits_since(spark, before)
     started, started_wall = time.monotonic(), time.time()
     full_recompute(spark, pipeline, view).write.format("delta").mode("overwrite").saveAsTable(full_table)
     full_s = time.monotonic() - started
-    full = phase_resources(spark, [("full recompute", started_wall, time.time())])
+    # one read of the UI for both: the batch's phases and the full recompute as a phase of its own
+    resources = phase_resources(spark, [*run.spans, (FULL_RECOMPUTE, started_wall, time.time())])
     jobs = jobs_after - jobs_before if jobs_after is not None and jobs_before is not None else None
-    return SideBySide(run, gold_s, jobs, commits, full_s, {**(resources or {}), **(full or {})} or None)
+    return SideBySide(run, gold_s, jobs, commits, full_s, resources)
 
 
 def _catch_up(spark: SparkSession, pipeline: Pipeline, plan: ViewPlan) -> float:
@@ -512,7 +511,7 @@ def render_phase_reads(result: dict[str, Any]) -> str:
     rows = []
     for r in result["runs"]:
         for phase, used in (r.get("phase_reads") or {}).items():
-            seconds = r["full_recompute_s"] if phase == "full recompute" else r["phases_s"].get(phase, 0.0)
+            seconds = r["full_recompute_s"] if phase == FULL_RECOMPUTE else r["phases_s"].get(phase, 0.0)
             rows.append((f"{result['fact_rows']:,}", r["workload"], f"{r['fraction']:.2%}", _path(r), phase,
                          f"{seconds:.1f}", used["jobs"], f"{used['files_read']:,}", f"{used['rows_read']:,}"))
     if not rows:

@@ -125,7 +125,9 @@ def attribute(spans: Sequence[Span], jobs: Iterable[tuple[float, str]], executio
     return out
 
 
-def _rest(spark: SparkSession, path: str) -> Any:
+def ui_rest(spark: SparkSession, path: str) -> Any:
+    """The Spark UI's REST API answer for `path` under this application (raises OSError when
+    the UI does not answer; callers check `uiWebUrl` first)."""
     url = spark.sparkContext.uiWebUrl
     app = spark.sparkContext.applicationId
     with urllib.request.urlopen(f"{url}/api/v1/applications/{app}/{path}", timeout=30) as r:
@@ -139,8 +141,8 @@ def phase_resources(spark: SparkSession, spans: Sequence[Span]) -> dict[str, dic
         return None
     first, last = min(s[1] for s in spans), max(s[2] for s in spans)
     try:
-        jobs = [(ui_time(j["submissionTime"]), job_kind(j)) for j in _rest(spark, "jobs") if "submissionTime" in j]
-        executions = _rest(spark, "sql?details=true&planDescription=false&offset=0&length=100000")
+        jobs = [(ui_time(j["submissionTime"]), job_kind(j)) for j in ui_rest(spark, "jobs") if "submissionTime" in j]
+        executions = ui_rest(spark, "sql?details=true&planDescription=false&offset=0&length=100000")
     except OSError:
         return None
     timed = [(ui_time(e["submissionTime"]), e) for e in executions if "submissionTime" in e]
