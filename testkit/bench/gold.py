@@ -506,17 +506,19 @@ PHASES = ("subscriptions", "cost", "keys", "recompute", "merge")
 
 def render_phase_reads(result: dict[str, Any]) -> str:
     """Each run's phases, and the full recompute beside it, with what they ran
-    (`testkit.bench.phases`): seconds, Spark jobs, and files and rows their Parquet scans read,
-    as a Markdown table (empty without a UI)."""
+    (`testkit.bench.phases`): seconds, the seconds a Spark job was running (the rest is the
+    driver's own work: planning, Delta's log and commits, Python), Spark jobs, and files and rows
+    their Parquet scans read, as a Markdown table (empty without a UI)."""
     rows = []
     for r in result["runs"]:
         for phase, used in (r.get("phase_reads") or {}).items():
             seconds = r["full_recompute_s"] if phase == FULL_RECOMPUTE else r["phases_s"].get(phase, 0.0)
+            running = f"{used['job_s']:.1f}" if "job_s" in used else ""
             rows.append((f"{result['fact_rows']:,}", r["workload"], f"{r['fraction']:.2%}", _path(r), phase,
-                         f"{seconds:.1f}", used["jobs"], f"{used['files_read']:,}", f"{used['rows_read']:,}"))
+                         f"{seconds:.1f}", running, used["jobs"], f"{used['files_read']:,}", f"{used['rows_read']:,}"))
     if not rows:
         return ""
-    return markdown_table(("rows", "workload", "fraction", "path", "phase", "s", "jobs", "files read", "rows read"), rows)
+    return markdown_table(("rows", "workload", "fraction", "path", "phase", "s", "s with a job running", "jobs", "files read", "rows read"), rows)
 
 
 def render_phases(result: dict[str, Any]) -> str:

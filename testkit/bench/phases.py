@@ -12,7 +12,8 @@ local checkpoint read back is not a Parquet scan and is not counted. An eager ch
 scans are counted; a lazy one's (`localCheckpoint(eager=False)`) may not be: on the as-of bench
 (2026-12-06) the events' read vanished from the counts when its frame was checkpointed lazily
 inside the chain's eager checkpoint, while the gold key walk's lazily checkpointed lookups are
-counted. Treat a phase's rows as a lower bound.
+counted. Treat a phase's rows as a lower bound. Each phase also gets the seconds during which a
+Spark job was running (`job_seconds`): what is left of its span is the driver's own work.
 """
 
 from __future__ import annotations
@@ -125,6 +126,27 @@ def attribute(spans: Sequence[Span], jobs: Iterable[tuple[float, str]], executio
     return out
 
 
+def job_seconds(spans: Sequence[Span], runs: Iterable[tuple[float, float]]) -> dict[str, float]:
+    """Per phase, the seconds of its span during which at least one Spark job ran (`runs`:
+    each job's submission and completion); the rest of the span the driver worked alone
+    (planning, Delta's log and commits, Python) or waited.
+
+    >>> job_seconds([("keys", 0.0, 4.0), ("merge", 4.0, 6.0)], [(0.5, 1.5), (1.0, 2.0), (3.5, 4.5), (9.0, 9.5)])
+    {'keys': 2.0, 'merge': 0.5}
+    """
+    out: dict[str, float] = {}
+    ordered = sorted(runs)
+    for phase, start, end in spans:
+        busy, reach = 0.0, start
+        for began, ended in ordered:
+            began, ended = max(began, reach), min(ended, end)
+            if ended > began:
+                busy += ended - began
+                reach = ended
+        out[phase] = round(out.get(phase, 0.0) + busy, 2)
+    return out
+
+
 def ui_rest(spark: SparkSession, path: str) -> Any:
     """The Spark UI's REST API answer for `path` under this application (raises OSError when
     the UI does not answer; callers check `uiWebUrl` first)."""
@@ -141,10 +163,14 @@ def phase_resources(spark: SparkSession, spans: Sequence[Span]) -> dict[str, dic
         return None
     first, last = min(s[1] for s in spans), max(s[2] for s in spans)
     try:
-        jobs = [(ui_time(j["submissionTime"]), job_kind(j)) for j in ui_rest(spark, "jobs") if "submissionTime" in j]
+        jobs = [j for j in ui_rest(spark, "jobs") if "submissionTime" in j]
         executions = ui_rest(spark, "sql?details=true&planDescription=false&offset=0&length=100000")
     except OSError:
         return None
     timed = [(ui_time(e["submissionTime"]), e) for e in executions if "submissionTime" in e]
-    return attribute(spans, [(t, kind) for t, kind in jobs if first <= t <= last],
-                     [(t, scans_of(e)) for t, e in timed if first <= t <= last])
+    out = attribute(spans, [(t, job_kind(j)) for t, j in ((ui_time(j["submissionTime"]), j) for j in jobs) if first <= t <= last],
+                    [(t, scans_of(e)) for t, e in timed if first <= t <= last])
+    ran = [(ui_time(j["submissionTime"]), ui_time(j["completionTime"])) for j in jobs if "completionTime" in j]
+    for phase, seconds in job_seconds(spans, ran).items():
+        out[phase]["job_s"] = seconds
+    return out

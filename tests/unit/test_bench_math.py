@@ -128,6 +128,26 @@ def test_a_batch_phase_is_charged_with_the_jobs_and_scans_submitted_during_it() 
     assert out["read"] == {"jobs": 1, "job_kinds": {"collect": 1}, "files_read": 0, "rows_read": 0, "tables": {}}
 
 
+def test_a_phase_counts_the_seconds_some_job_ran_once_however_many_overlap() -> None:
+    from testkit.bench.gold import render_phase_reads
+    from testkit.bench.phases import job_seconds
+
+    spans = [("keys", 10.0, 14.0), ("merge", 14.0, 20.0)]
+    runs = [(10.5, 11.5), (11.0, 12.0), (11.2, 11.4),  # overlapping: 10.5-12.0 once
+            (13.5, 15.0),  # across the two phases: half a second in keys, one in merge
+            (19.0, 21.0),  # past the batch's end: only the merge's last second
+            (30.0, 31.0)]  # another run's
+    assert job_seconds(spans, runs) == {"keys": 2.0, "merge": 2.0}
+    assert job_seconds(spans, []) == {"keys": 0.0, "merge": 0.0}
+    result = {"fact_rows": 1000, "runs": [{
+        "workload": "oltp", "fraction": 0.001, "path": "incremental", "full_recompute_s": 9.0, "phases_s": {"keys": 4.0},
+        "phase_reads": {"keys": {"jobs": 3, "job_s": 2.0, "files_read": 1, "rows_read": 10},
+                        "full recompute": {"jobs": 2, "files_read": 4, "rows_read": 40}}}]}
+    table = render_phase_reads(result).splitlines()
+    assert "s with a job running" in table[0]
+    assert table[2].split("|")[6:8] == [" 4.0 ", " 2.0 "] and table[3].split("|")[6:8] == [" 9.0 ", "  "]
+
+
 def test_scans_are_read_from_the_ui_plans_parquet_nodes() -> None:
     from testkit.bench.phases import job_kind, metric_number, scans_of, ui_time
 
