@@ -89,7 +89,7 @@ def test_a_gold_cell_timed_more_than_once_reports_its_medians_and_spread() -> No
     assert "| 1,000,000 | oltp | 0.10% | incremental | incremental | 3 | 15.0 | 12.0-30.0 | 9.0 | 0.6x |" in table
 
 
-def test_freshness_runs_at_one_rate_are_drawn_side_by_side(tmp_path) -> None:
+def test_freshness_runs_at_one_rate_or_a_repeated_one_are_drawn_side_by_side(tmp_path) -> None:
     from testkit.bench.plot import freshness_groups, plot_freshness
 
     def run(schedule: str, p50: float, p95: float, p99: float, bounded: bool, **extra) -> dict:
@@ -106,6 +106,12 @@ def test_freshness_runs_at_one_rate_are_drawn_side_by_side(tmp_path) -> None:
     ]
     out = plot_freshness(result, tmp_path / "runs.png")
     assert out.exists() and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # runs at different rates, one of them repeated: still side by side, each labelled with its rate
+    trickle = [run("chained", 31.0, 47.0, 70.0, False) | {"rate": 5.0}, run("chained", 39.0, 57.0, 61.0, True),
+               run("chained", 34.0, 50.0, 76.0, False) | {"rate": 5.0}]
+    assert [g[0] for g in freshness_groups(trickle)] == [
+        "5/s\nchained\n120s sent\nNOT bounded", "500/s\nchained\n120s sent", "5/s\nchained\n120s sent\nNOT bounded"]
+    assert plot_freshness({"rates": trickle, "highest_bounded_rate": 500.0}, tmp_path / "rates.png").exists()
 
 
 def test_a_batch_phase_is_charged_with_the_jobs_and_scans_submitted_during_it() -> None:
