@@ -168,7 +168,8 @@ def phase_resources(spark: SparkSession, spans: Sequence[Span]) -> dict[str, dic
     except OSError:
         return None
     timed = [(ui_time(e["submissionTime"]), e) for e in executions if "submissionTime" in e]
-    out = attribute(spans, [(t, job_kind(j)) for t, j in ((ui_time(j["submissionTime"]), j) for j in jobs) if first <= t <= last],
+    submitted = [(ui_time(j["submissionTime"]), j) for j in jobs]
+    out = attribute(spans, [(t, job_kind(j)) for t, j in submitted if first <= t <= last],
                     [(t, scans_of(e)) for t, e in timed if first <= t <= last])
     ran = [(ui_time(j["submissionTime"]), ui_time(j["completionTime"])) for j in jobs if "completionTime" in j]
     for phase, seconds in job_seconds(spans, ran).items():
