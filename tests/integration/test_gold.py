@@ -598,6 +598,7 @@ def test_bench_gold_smoke(spark, lake: Path, shop_pipeline: Pipeline):
         assert run["refresh"] == "auto" or run["path"] == run["refresh"], run
         assert 0 < run["gold_files_touched"] <= run["gold_files"], run
         assert sum(run["gold_inserted_updated_deleted"]) > 0, run
+        assert run["full_over_gold_merge"] > 0, run  # every batch here changes rows of a small gold table: one MERGE
     assert all(size["rows"] > 0 for size in result["subscriptions"].values())
     # the build, recomputed at this size, wrote no subscription: caught up apart from the runs' times
     assert result["subscriptions_catch_up_s"] > 0
