@@ -490,8 +490,9 @@ def gold_equals_full(spark: SparkSession, plan: Any, target: str, full_table: st
 
 def merge_bound(full_s: float, gold_commit: dict[str, Any]) -> float | None:
     """The full recompute's seconds over Delta's own time for the batch's gold MERGE
-    (`executionTimeMs`, nothing around it): the best full / gold ratio a batch that writes gold
-    by that MERGE could reach had everything else cost nothing (None without a MERGE's time).
+    (`executionTimeMs` of its gold commits, summed by `commits_since`; an append reports none):
+    the best full / gold ratio a batch that writes gold by that MERGE could reach had everything
+    else cost nothing (None without a MERGE's time).
 
     >>> merge_bound(9.44, {"operations": "MERGE,WRITE", "executionTimeMs": 3399})
     2.78

@@ -134,17 +134,19 @@ def job_seconds(spans: Sequence[Span], runs: Iterable[tuple[float, float]]) -> d
     >>> job_seconds([("keys", 0.0, 4.0), ("merge", 4.0, 6.0)], [(0.5, 1.5), (1.0, 2.0), (3.5, 4.5), (9.0, 9.5)])
     {'keys': 2.0, 'merge': 0.5}
     """
-    out: dict[str, float] = {}
+    busy: dict[str, float] = {}
     ordered = sorted(runs)
-    for phase, start, end in spans:
-        busy, reach = 0.0, start
+    for phase, start, end in spans:  # a phase may have several spans (one per batch)
+        reach = start  # the span covered so far
         for began, ended in ordered:
+            if began >= end:
+                break
             began, ended = max(began, reach), min(ended, end)
             if ended > began:
-                busy += ended - began
+                busy[phase] = busy.get(phase, 0.0) + ended - began
                 reach = ended
-        out[phase] = round(out.get(phase, 0.0) + busy, 2)
-    return out
+        busy.setdefault(phase, 0.0)
+    return {phase: round(seconds, 2) for phase, seconds in busy.items()}
 
 
 def ui_rest(spark: SparkSession, path: str) -> Any:
@@ -171,7 +173,7 @@ def phase_resources(spark: SparkSession, spans: Sequence[Span]) -> dict[str, dic
     submitted = [(ui_time(j["submissionTime"]), j) for j in jobs]
     out = attribute(spans, [(t, job_kind(j)) for t, j in submitted if first <= t <= last],
                     [(t, scans_of(e)) for t, e in timed if first <= t <= last])
-    ran = [(ui_time(j["submissionTime"]), ui_time(j["completionTime"])) for j in jobs if "completionTime" in j]
+    ran = [(t, ui_time(j["completionTime"])) for t, j in submitted if "completionTime" in j]
     for phase, seconds in job_seconds(spans, ran).items():
         out[phase]["job_s"] = seconds
     return out

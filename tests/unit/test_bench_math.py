@@ -160,6 +160,7 @@ def test_a_phase_counts_the_seconds_some_job_ran_once_however_many_overlap() -> 
             (30.0, 31.0)]  # another run's
     assert job_seconds(spans, runs) == {"keys": 2.0, "merge": 2.0}
     assert job_seconds(spans, []) == {"keys": 0.0, "merge": 0.0}
+    assert job_seconds([("keys", 0.0, 1.0), ("keys", 5.0, 6.0)], [(0.5, 5.5)]) == {"keys": 1.0}  # two batches' spans summed
     result = {"fact_rows": 1000, "runs": [{
         "workload": "oltp", "fraction": 0.001, "path": "incremental", "full_recompute_s": 9.0, "phases_s": {"keys": 4.0},
         "phase_reads": {"keys": {"jobs": 3, "job_s": 2.0, "files_read": 1, "rows_read": 10},
