@@ -7,8 +7,11 @@
 - freshness: latency percentiles against the rate of changes;
 - as_of: seconds against the share of events, an as-of view's batch beside the full recompute.
 
-    .venv/bin/python -m testkit.bench.plot docs/bench-gold.png bench-1m.json bench-10m.json
-    .venv/bin/python -m testkit.bench.plot docs/bench-pipeline.png bench-pipeline.json
+    .venv/bin/python -m testkit.bench.plot gold.png bench-1m.json bench-10m.json
+    .venv/bin/python -m testkit.bench.plot pipeline.png bench-pipeline.json
+
+The JSON files are what `cdc-enrich bench ... --out FILE.json` wrote; the PNG goes where the
+first argument says.
 """
 
 from __future__ import annotations
