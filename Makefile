@@ -21,7 +21,7 @@ demo: setup
 	@$(CLI) demo $(if $(POSTGRES),--with-postgres)
 
 # The whole default suite (every tier; the long randomized runs are `make test-slow`) on two
-# pytest workers, one per core (a third made every run slower: README "Two workers, not three"),
+# pytest workers, one per core (a third made every run slower: docs/performance.md, "The test suite"),
 # with the slowest tests listed so that CI shows where the time goes; a module marked
 # `xdist_group` runs on one worker (its module fixtures are built once).
 test: setup

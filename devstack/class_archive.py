@@ -5,10 +5,10 @@ each read from a jar, parsed and verified; a dynamic archive written at the exit
 ran a representative workload holds them ready to map (some 20,000: lambdas and generated
 classes are not kept). Every local driver then starts from it
 (`lakehouse.spark.class_archive_option`): a fresh process's session, first table and first
-MERGE take about 8 s less with the tiered JIT and 12 s less with C1 only (the README's set-up
-section has the figures). Classes the workload did not touch load as usual; an archive the JVM
-cannot use (another JDK, other jars) is ignored by the JVM, and set-up builds it again whenever
-the JDK, the pinned packages or the jars change.
+MERGE take about 8 s less with the tiered JIT and 12 s less with C1 only (docs/performance.md,
+"Local Spark and set-up", has the figures). Classes the workload did not touch load as usual; an
+archive the JVM cannot use (another JDK, other jars) is ignored by the JVM, and set-up builds it
+again whenever the JDK, the pinned packages or the jars change.
 
 Run as `python -m devstack.class_archive` (set-up does); it writes `lakehouse.paths.jvm_class_archive()`.
 """

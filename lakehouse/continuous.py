@@ -20,7 +20,8 @@ Two schedules (`options.continuous`):
   small machine each batch waits for every other query's, bronze's cheap queries batch far more
   often than silver's (each batch paying its fixed cost), and a change waits for a batch of each
   stage in turn: its latency is several batch times of the busiest stage. At 500 changes/s on
-  2 cores it spent 3.2x the chained schedule's batch time and its p50 freshness was 2x (README).
+  2 cores it spent 3.2x the chained schedule's batch time and its p50 freshness was 2x
+  (docs/performance.md, "Continuous runs").
 """
 
 from __future__ import annotations

@@ -53,7 +53,7 @@ class GarbageRelease:
     freed only by a full collection, which a process that allocates little between micro-batches
     seldom runs. A continuous run at 500 changes/s on a 4 GB driver filled the heap in minutes
     and spent its time in full GCs (silver's batches 6-10x slower by the tenth minute) until its
-    proxies were collected every 15 s (README, "Running continuously"). Shared by every run of queries
+    proxies were collected every 15 s (docs/performance.md, "Continuous runs"). Shared by every run of queries
     in the process, so a chained run's short drains do not each restart the clock."""
 
     def __init__(self, every_s: float) -> None:

@@ -157,7 +157,7 @@ CURRENT_KIND = "current"
 def silver_store_schema(source: Source) -> StructType:
     """silver.<source>_store: a source's history and current rows in one Delta table, so that a
     batch reads one table version and writes both kinds in one commit (one MERGE; two tables
-    cost a small batch 25-31 % more, README "The same layout measured on silver itself").
+    cost a small batch 25-31 % more, docs/performance.md, "Silver").
 
     `_kind` (the partition column) says which a row is: `history` rows carry
     `silver_history_schema`'s columns, `current` rows `silver_current_schema`'s; the other

@@ -341,11 +341,12 @@ class Options:
     # source rows read (lakehouse.gold.cost). Fitted on 2 cores, 2026-11-28, both paths side by
     # side on 0.1 % OLTP batches: at 20k, 200k and 1M fact rows the incremental path cost 3.4,
     # 4.8 and 4.9 s more than a recompute diffed against gold (which cost ~4.3 us per row read),
-    # so views under ~1.7M fact rows are recomputed whatever the batch (README).
+    # so views under ~1.7M fact rows are recomputed whatever the batch (docs/performance.md, "Gold").
     gold_incremental_overhead_rows: int = 2_500_000
     intervals: Mapping[str, str] = field(default_factory=dict)  # stage -> its own processing_time
     # How `run --continuous` schedules the stages: chained | concurrent. Chained by default: at 500
-    # changes/s on 2 cores its p50 freshness was half the concurrent schedule's (README).
+    # changes/s on 2 cores its p50 freshness was half the concurrent schedule's
+    # (docs/performance.md, "Continuous runs").
     continuous: str = "chained"
     time_travel_days: int = 7  # how far Delta's own time travel reaches (VACUUM retention; lakehouse.upkeep)
 

@@ -9,8 +9,8 @@ whatever the batch's size); the recompute reads every source row once and gold's
 and hash columns. The parent tables are read whole by either path, so they weigh the same on
 both sides and are neither weighed nor counted: what decides is the base table's rows and
 gold's against the keys. Costs are in "source rows read" and the weights were measured with
-`cdc-enrich bench gold` (README); `options.gold_incremental_overhead_rows` sets the fixed cost
-for another machine.
+`cdc-enrich bench gold` (docs/performance.md, "Gold incremental against recompute");
+`options.gold_incremental_overhead_rows` sets the fixed cost for another machine.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 A batch reads the touched keys' history and current rows in one scan and writes both kinds in
 one commit, where two tables cost two reads of freshly committed versions and two MERGEs (a
-small batch 25-31 % more, README "The same layout measured on silver itself"); history and
+small batch 25-31 % more, docs/performance.md, "Silver"); history and
 current also move together, in one Delta version. Analysts and the engine's plain reads use
 the views `silver.<source>` and `silver.<source>_history` over the store
 (`lakehouse.silver.layout`); what only a Delta table answers (its change feed, time travel,

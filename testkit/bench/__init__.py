@@ -4,7 +4,7 @@ from typing import Any, Iterable, Sequence
 
 
 def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
-    """Rows as a Markdown table (the README's and the CLI's bench summaries)."""
+    """Rows as a Markdown table (the CLI's bench summaries, and docs/performance.md's)."""
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
     return "\n".join(lines)

@@ -378,7 +378,7 @@ def _line(summary: dict[str, Any]) -> str:
 
 
 def render_table(result: dict[str, Any]) -> str:
-    """The README's table: one row per rate and schedule."""
+    """The summary table (the CLI's, docs/performance.md's): one row per rate and schedule."""
     unit = result["rates"][0].get("unit", "records") if result["rates"] else "records"
     return markdown_table(
         (f"rate ({unit}/s)", "schedule", "changes sent", "seen in gold", "p50 s", "p95 s", "p99 s", "p95 by third s", "catch-up s", "lag"),

@@ -504,7 +504,7 @@ def merge_bound(full_s: float, gold_commit: dict[str, Any]) -> float | None:
 
 
 def render_table(result: dict[str, Any]) -> str:
-    """The runs as a Markdown table (README, the CLI's summary)."""
+    """The runs as a Markdown table (the CLI's summary, docs/performance.md)."""
     return markdown_table(
         ("rows", "workload", "fraction", "path", "affected keys", "gold files touched", "gold s", "full recompute s",
          "full / gold", "full / gold's MERGE alone", "rows rewritten per change", "jobs"),

@@ -213,8 +213,8 @@ def _merge_totals(commits: dict[str, dict[str, Any]]) -> dict[str, int]:
 
 
 def render_table(result: dict[str, Any]) -> str:
-    """The README's table: per batch size and stage, records/s, batches, median batch, jobs per
-    batch; then the fitted fixed and per-record cost per stage."""
+    """The summary table (the CLI's, docs/performance.md's): per batch size and stage, records/s,
+    batches, median batch, jobs per batch; then the fitted fixed and per-record cost per stage."""
     rows = []
     for row in result["sizes"]:
         size, records = f"{row['batch_size']:,}", f"{row['records']:,}"

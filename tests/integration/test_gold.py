@@ -488,7 +488,7 @@ def test_verify_reports_missing_extra_different_and_stale_rows(spark, lake: Path
 # gold spec's first run.
 @pytest.mark.slow
 def test_a_view_rebuilt_in_the_same_process_is_built_again_whole(spark, lake: Path, shop_pipeline: Pipeline):
-    """Dropping gold, its subscription table and its checkpoint rebuilds the view (README); the
+    """Dropping gold, its subscription table and its checkpoint rebuilds the view (docs/operations.md); the
     process that wrote the old tables' moves (`gold.applied`) must fill the new ones anew: the
     whole view appended, every subscription written again."""
     pipeline = narrowed(variant(shop_pipeline), "orders_enriched")
