@@ -376,6 +376,17 @@ def run_bronze(
     `processing_time` runs every `options.processing_time` until `timeout_s` (or forever).
     Restarting on the same checkpoints resumes after the last committed batch; a batch
     replayed after a crash is not written twice (commit tags, see the module docstring).
+
+    Example::
+
+        from pathlib import Path
+        from lakehouse.bronze import run_bronze
+        from lakehouse.declaration import load_pipeline
+        from lakehouse.spark import get_spark
+
+        lake, pipeline = Path(".lake"), load_pipeline("schemas/shop/pipeline.yml")
+        report = run_bronze(get_spark(lake), pipeline, lake, "127.0.0.1:19092")  # drain Kafka, then return
+        print(report.render())   # records, bronze rows and quarantined records per source
     """
     check_trigger(trigger)
     specs, report, say = bronze_streams(

@@ -692,6 +692,15 @@ def run_gold(
     `available_now` drains what silver holds now, view by view (views may share subscription
     tables), and returns. `processing_time` runs every view's query together until `timeout_s`
     (None: until stopped); a failing one stops the others and raises.
+
+    Example::
+
+        lake, pipeline = Path(".lake"), load_pipeline("schemas/shop/pipeline.yml")
+        spark = get_spark(lake)                                     # lakehouse.spark
+        ensure_schemas(spark, pipeline)
+        report = run_gold(spark, pipeline, lake)                    # every view, drained
+        run_gold(spark, pipeline, lake, views=["orders_enriched"], trigger="processing_time", timeout_s=600)
+        print(report.render())                                      # per view: batches, path taken, rows
     """
     check_trigger(trigger)
     if trigger == AVAILABLE_NOW:

@@ -49,6 +49,15 @@ def run_silver(
     (`options.processing_time`; runs until stopped, or `timeout_s`). `progress(message)` gets
     one line per batch. Each source's tables are created just before its query starts.
     `max_files_per_trigger` caps the bronze files a batch reads (Delta's own default: 1,000).
+
+    Example::
+
+        lake, pipeline = Path(".lake"), load_pipeline("schemas/shop/pipeline.yml")
+        spark = get_spark(lake)                                     # lakehouse.spark
+        ensure_schemas(spark, pipeline)
+        report = run_silver(spark, pipeline, lake)                  # every source, drained
+        run_silver(spark, pipeline, lake, sources=["customers"], progress=print)
+        print(report.render())
     """
     specs, report = silver_streams(spark, pipeline, lake, sources, progress, max_files_per_trigger=max_files_per_trigger)
     with recording_metrics(spark, pipeline) as metrics:

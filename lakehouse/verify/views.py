@@ -215,7 +215,18 @@ def verify_pipeline(
     truth_dir: Path | None = None,
     views: Sequence[str] | None = None,
 ) -> VerifyReport:
-    """Compare every (or the named) gold view with `oracle_view` over the truth or silver."""
+    """Compare every (or the named) gold view with `oracle_view` over the truth or silver.
+
+    With `truth_dir` (a simulator's truth files) the oracle reads the source truth; without it,
+    silver current's live rows. `cdc-enrich verify` calls this.
+
+    Example::
+
+        report = verify_pipeline(spark, pipeline)                   # every view against silver
+        report = verify_pipeline(spark, pipeline, truth_dir=Path(".lake/truth/shop"), views=["orders_enriched"])
+        print(report.render())                                      # missing / extra / different rows per view
+        assert report.ok
+    """
     names = list(views) if views else list(pipeline.views)
     if truth_dir is not None:
         state = dict(_truth_state(spark, pipeline, Path(truth_dir)))
