@@ -18,7 +18,7 @@ from lakehouse.declaration import Pipeline, Source
 from lakehouse.deltasql import num_files
 from lakehouse.execution import checkpoint_observing, session_settings, small_work_settings
 from lakehouse.frames import local_frame
-from lakehouse.silver.held import hold_changes
+from lakehouse.silver.holding import hold_changes
 from lakehouse.silver.layout import (
     TOAST_RECORDED_PROPERTY,
     TRUNCATES_RECORDED_PROPERTY,
@@ -198,7 +198,7 @@ def apply_batch(
     """
     spark = batch_df.sparkSession
     state = state if state is not None else StreamState()
-    clock = _Clock(f"silver {source.name} batch {batch_id}")
+    clock = BatchClock(f"silver {source.name} batch {batch_id}")
     stats = SilverStats(batches=1)
     # the batch's change rows materialized by the job that sums the batch up: bronze is read once
     rows, observed = checkpoint_observing(batch_df, [batch_summary(batch_df, source).alias("s")],
@@ -265,7 +265,7 @@ def apply_changes(
     batch_id: int,
     state: StreamState,
     stats: SilverStats,
-    clock: "_Clock",
+    clock: BatchClock,
     batch_truncates: Sequence[Truncate] = (),
     known_truncates: Sequence[Truncate] = (),
     horizon: datetime | None = None,
@@ -389,7 +389,7 @@ def apply_changes(
     return int(c["changes"])
 
 
-class _Clock:
+class BatchClock:
     """Phase timings of a batch, logged at DEBUG (where a slow batch spends its time)."""
 
     def __init__(self, label: str) -> None:
