@@ -364,6 +364,13 @@ def column_ddl(field: StructField, separator: str = " ") -> str:
     return text
 
 
+def add_columns_sql(name: str, fields: Sequence[StructField]) -> str:
+    """`ALTER TABLE ... ADD COLUMNS` for the columns a table made earlier lacks: each nullable
+    (the rows already there read null for it), its name quoted and its comment kept."""
+    columns = ", ".join(column_ddl(StructField(f.name, f.dataType, True, f.metadata)) for f in fields)
+    return f"ALTER TABLE {name} ADD COLUMNS ({columns})"
+
+
 def type_ddl(data_type: DataType) -> str:
     """A type in DDL, nested field names quoted (Spark's `simpleString` leaves them bare)."""
     if isinstance(data_type, StructType):

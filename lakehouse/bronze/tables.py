@@ -12,6 +12,7 @@ from lakehouse.declaration import Pipeline
 from lakehouse.errors import CdcEnrichError
 from lakehouse.deltasql import create_table
 from lakehouse.spark import application_id, ensure_schemas, tables_exist
+from lakehouse.sqltext import quote
 from lakehouse.tables import (
     bronze_schema,
     bronze_table,
@@ -84,7 +85,7 @@ def _schema_diff(existing: StructType, wanted: StructType, prefix: str) -> tuple
     conflicts: list[str] = []
     have = {f.name: f for f in existing.fields}
     for f in wanted.fields:
-        path = f"{prefix}`{f.name}`"
+        path = prefix + quote(f.name)
         old = have.get(f.name)
         if old is None:
             missing.append((path, f.dataType))

@@ -35,6 +35,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import BooleanType, DoubleType, LongType, StringType, StructField, StructType, TimestampType
 
 from lakehouse.declaration import Pipeline
+from lakehouse.deltasql import add_columns_sql, create_table
 from lakehouse.errors import UnknownNameError
 from lakehouse.frames import local_frame
 from lakehouse.tables import quality_results_table
@@ -529,14 +530,11 @@ def ensure_results_table(spark: SparkSession, pipeline: Pipeline) -> str:
     name = quality_results_table(pipeline)
     schema = name.rsplit(".", 1)[0]
     spark.sql(f"CREATE SCHEMA IF NOT EXISTS {sql_name(schema)}")
-    columns = ", ".join(
-        f"`{f.name}` {f.dataType.simpleString()}{'' if f.nullable else ' NOT NULL'}" for f in RESULTS_SCHEMA.fields
-    )
-    spark.sql(f"CREATE TABLE IF NOT EXISTS {sql_name(name)} ({columns}) USING delta")
+    create_table(spark, sql_name(name), RESULTS_SCHEMA)
     have = {f.name for f in spark.table(sql_name(name)).schema.fields}
     missing = [f for f in RESULTS_SCHEMA.fields if f.name not in have]  # a table an earlier version made
     if missing:
-        spark.sql(f"ALTER TABLE {sql_name(name)} ADD COLUMNS ({', '.join(f'`{f.name}` {f.dataType.simpleString()}' for f in missing)})")
+        spark.sql(add_columns_sql(sql_name(name), missing))
     return name
 
 

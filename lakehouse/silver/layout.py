@@ -19,10 +19,11 @@ from pyspark.sql.types import (
 
 from lakehouse.comments import apply_comments, commented, silver_comments
 from lakehouse.declaration import Pipeline, Source
-from lakehouse.deltasql import DELETION_VECTORS_WHEN_LARGE, create_table
+from lakehouse.deltasql import DELETION_VECTORS_WHEN_LARGE, add_columns_sql, create_table
 from lakehouse.errors import CdcEnrichError
 from lakehouse.silver.plan import COMPACTED_BEFORE_PROPERTY, Truncate
 from lakehouse.spark import table_exists
+from lakehouse.sqltext import quote
 from lakehouse.silver.store import kind_view_sql
 from lakehouse.tables import (
     CURRENT_KIND,
@@ -119,7 +120,7 @@ def ensure_silver_tables(spark: SparkSession, pipeline: Pipeline, source: Source
     ensure_store(spark, pipeline, source, lambda: _nothing_recorded(spark, pipeline, source, truncates_created), deletion_vectors)
     spark.sql(kind_view_sql(current, store, source, CURRENT_KIND, current_comment, current_columns))
     spark.sql(kind_view_sql(history, store, source, HISTORY_KIND, history_comment, history_columns))
-    columns = ", ".join(f"`{c}`" for c in source.column_names)
+    columns = ", ".join(quote(c) for c in source.column_names)
     spark.sql(f"CREATE OR REPLACE VIEW {live_view(pipeline, source)} AS SELECT {columns} FROM {current} WHERE NOT _deleted")
 
 
@@ -201,8 +202,7 @@ def _create(
         )
     missing = [f for f in schema.fields if f.name not in existing]
     if missing:
-        columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in missing)
-        spark.sql(f"ALTER TABLE {name} ADD COLUMNS ({columns})")
+        spark.sql(add_columns_sql(name, missing))
     return False
 
 

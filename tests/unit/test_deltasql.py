@@ -13,6 +13,7 @@ from lakehouse.deltasql import (
     DELETION_VECTORS_WHEN_LARGE,
     REWRITE_BELOW_BYTES,
     TableFacts,
+    add_columns_sql,
     column_ddl,
     create_table_sql,
     enables_deletion_vectors,
@@ -67,6 +68,11 @@ def test_a_table_keeps_not_null_comments_clustering_and_properties() -> None:
     )
     assert column_ddl(StructField("x", StringType())) == "`x` string"
     assert type_ddl(StructType([])) == "STRUCT<>"
+
+
+def test_columns_added_to_an_older_table_are_quoted_nullable_and_keep_their_comments() -> None:
+    fields = [StructField("odd `name`", LongType(), False), StructField("note", StringType(), True, {"comment": "why"})]
+    assert add_columns_sql("s.t", fields) == "ALTER TABLE s.t ADD COLUMNS (`odd ``name``` bigint, `note` string COMMENT 'why')"
 
 
 @pytest.mark.parametrize(

@@ -81,6 +81,40 @@ def test_quote_qualified_quotes_each_part() -> None:
     assert quote_qualified("x.y") == "`x.y`"  # a part is one identifier, dots and all
 
 
+def hand_quoted_identifiers(path) -> list[int]:
+    """Lines of `path` where an f-string wraps a value in backticks itself (`` f"`{name}`" ``)."""
+    import ast
+
+    lines = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.JoinedStr):
+            parts = node.values
+            for before, value, after in zip(parts, parts[1:], parts[2:]):
+                if (isinstance(value, ast.FormattedValue) and isinstance(before, ast.Constant) and isinstance(after, ast.Constant)
+                        and str(before.value).endswith("`") and str(after.value).startswith("`")):
+                    lines.append(node.lineno)
+    return lines
+
+
+def test_the_engine_quotes_identifiers_through_sqltext_never_by_hand() -> None:
+    """A name wrapped in backticks by hand breaks on a name holding one; `quote` (or
+    `deltasql.column_ddl` for a column's DDL) doubles it. The data dictionary's backticks are Markdown."""
+    found = [
+        f"{path.relative_to(REPO)}:{line}"
+        for package in ("lakehouse", "jobs")
+        for path in sorted((REPO / package).rglob("*.py"))
+        if path.name != "dictionary.py"
+        for line in hand_quoted_identifiers(path)
+    ]
+    assert not found, "quote these with lakehouse.sqltext.quote:\n" + "\n".join(found)
+
+
+def test_the_hand_quoting_rule_sees_a_name_in_backticks(tmp_path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text('a = f"SELECT `{name}` FROM t"\nb = f"SELECT {quote(name)} FROM t"\n', encoding="utf-8")
+    assert hand_quoted_identifiers(sample) == [1]
+
+
 # --------------------------------------------------------------------------- rendering
 
 
