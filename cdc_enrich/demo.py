@@ -20,6 +20,9 @@ from typing import Any, Callable
 
 from lakehouse.paths import lake_root
 
+#: A late record's LSN is its predecessor's plus one WAL step (the simulator's WAL positions are 8-byte aligned).
+WAL_STEP = 8
+
 
 def _banner(title: str) -> None:
     print(f"\n=== {title} " + "=" * max(0, 70 - len(title)), flush=True)
@@ -308,6 +311,7 @@ def _late_partner(spark: Any, pipeline: Any, plan: Any, base: Any, joined: Any, 
 
     from cdc_enrich.render import render_rows
     from lakehouse.gold.windowed import AT, LATE
+    from lakehouse.ordering import postgres_lsn
     from lakehouse.sqltext import COMMIT_TIME
     from lakehouse.tables import gold_table, late_changes_table, silver_current_table
     from testkit.simulator.late import late_record
@@ -334,7 +338,7 @@ def _late_partner(spark: Any, pipeline: Any, plan: Any, base: Any, joined: Any, 
     if joined.time != COMMIT_TIME:
         row[joined.time] = moment
     commit_us = _epoch_micros(moment)
-    record = late_record(pipeline, source, row, int(closed["_sequence"]) // 10 + 8, commit_us, op="c")
+    record = late_record(pipeline, source, row, postgres_lsn(closed["_sequence"]) + WAL_STEP, commit_us, op="c")
     view = plan.view.name
     base_text = ", ".join(f"{k}={closed[k]}" for k in base.source.primary_key)
 
@@ -381,6 +385,7 @@ def _late_version(spark: Any, pipeline: Any, plan: Any) -> Any:
     from pyspark.sql import functions as F
 
     from lakehouse.gold.as_of import index_table, row_key
+    from lakehouse.ordering import postgres_lsn, postgres_sequence
     from lakehouse.sqltext import time_column
     from lakehouse.tables import gold_table, silver_current_table, silver_history_table
     from testkit.simulator.late import late_record
@@ -404,8 +409,8 @@ def _late_version(spark: Any, pipeline: Any, plan: Any) -> Any:
                       .where(F.col("_event_time") < F.col("_valid_to"))
                       .orderBy(*plan.key_columns).limit(20).collect())
         for row in candidates:
-            lsn = int(row["_sequence"]) // 10 + 8
-            if lsn * 10 + 1 >= int(row["_valid_to_sequence"]):
+            lsn = postgres_lsn(row["_sequence"]) + WAL_STEP
+            if postgres_sequence(lsn, "u") >= row["_valid_to_sequence"]:  # not before the successor
                 continue
             column = shown[0].column
             moment = row["_valid_from"] + (row["_event_time"] - row["_valid_from"]) / 2

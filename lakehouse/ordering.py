@@ -53,6 +53,13 @@ def postgres_sequence(lsn: int, op: str) -> Decimal:
     return _checked(lsn * 10 + position)
 
 
+def postgres_lsn(sequence: Decimal | int) -> int:
+    """The LSN a postgres sequence was made from (`postgres_sequence`'s inverse; the position
+    among changes sharing that LSN is dropped). A sequence below `postgres_sequence(lsn, op)`
+    for every op belongs to an earlier LSN."""
+    return int(sequence) // 10
+
+
 def mysql_sequence(binlog_file: str, pos: int, row: int) -> Decimal:
     match = _BINLOG_NUMBER.search(binlog_file or "")
     if not match:

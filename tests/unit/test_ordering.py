@@ -52,6 +52,12 @@ def test_postgres_delete_sorts_before_create_at_the_same_lsn() -> None:
     assert _pg(700, "c") == Decimal(7001) and _pg(700, "d") == Decimal(7000)
 
 
+def test_a_postgres_sequence_gives_back_its_lsn_whatever_the_op() -> None:
+    for op in ("r", "c", "u", "d"):
+        assert ordering.postgres_lsn(ordering.postgres_sequence(28_502_688, op)) == 28_502_688
+    assert ordering.postgres_lsn(Decimal(7001)) == ordering.postgres_lsn(7000) == 700
+
+
 def test_postgres_redelivery_is_the_same_change() -> None:
     assert _pg(700, "u", partition=0, offset=5) == _pg(700, "u", partition=1, offset=9)
 
