@@ -8,7 +8,7 @@ from lakehouse.declaration import Pipeline
 from lakehouse.gold.as_of import as_of_view
 from lakehouse.gold.delta import live_rows
 from lakehouse.gold.frames import join_view
-from lakehouse.gold.plan import view_plan
+from lakehouse.gold.plan import ViewPlan, view_plan
 from lakehouse.gold.windowed import whole_view
 from lakehouse.tables import (
     subscription_table,
@@ -17,11 +17,12 @@ from lakehouse.tables import (
 # --------------------------------------------------------------------------- full recompute (baseline, rebuild)
 
 
-def full_recompute(spark: SparkSession, pipeline: Pipeline, view: str) -> DataFrame:
+def full_recompute(spark: SparkSession, pipeline: Pipeline, view: str | ViewPlan) -> DataFrame:
     """The whole view from silver: the batch join an incremental run must equal (an as-of view's
     from the events and the joined sources' history, `lakehouse.gold.as_of`; a windowed view's
-    from its event state, `lakehouse.gold.windowed`)."""
-    plan = view_plan(pipeline, view)
+    from its event state, `lakehouse.gold.windowed`). `view`: its name, or the plan a caller
+    holds already (not built again)."""
+    plan = view if isinstance(view, ViewPlan) else view_plan(pipeline, view)
     if plan.view.windowed:
         return whole_view(spark, pipeline, plan)
     if plan.view.temporal:

@@ -185,11 +185,12 @@ class VerifyReport:
         return "\n".join([head] + [v.render() for v in self.views])
 
 
-def stale_lineage(spark: SparkSession, pipeline: Pipeline, view: str) -> int:
-    """Gold rows whose recorded lineage does not match silver current (see the module doc)."""
-    plan = view_plan(pipeline, view)
-    current = full_recompute(spark, pipeline, view)
-    gold = spark.read.table(gold_table(pipeline, view))
+def stale_lineage(spark: SparkSession, pipeline: Pipeline, view: str | ViewPlan) -> int:
+    """Gold rows whose recorded lineage does not match silver current (see the module doc);
+    `view`: its name, or its plan (not built again)."""
+    plan = view if isinstance(view, ViewPlan) else view_plan(pipeline, view)
+    current = full_recompute(spark, pipeline, plan)
+    gold = spark.read.table(gold_table(pipeline, plan.view.name))
     g = gold.select(*[F.col(c).alias(f"g_{c}") for c in plan.key_columns + plan.lineage_columns])
     c = current.select(*[F.col(x).alias(f"c_{x}") for x in plan.key_columns + plan.lineage_columns])
     cond = None
@@ -267,7 +268,7 @@ def verify_pipeline(
         expected = oracle_view(spark, pipeline, name, view_state, history)
         actual = spark.read.table(gold_table(pipeline, name))
         check.diff = diff_frames(expected, actual, plan.key_columns, plan.output_columns)
-        check.stale_hashes = stale_lineage(spark, pipeline, name)
+        check.stale_hashes = stale_lineage(spark, pipeline, plan)
     return report
 
 

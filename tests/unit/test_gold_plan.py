@@ -43,6 +43,17 @@ def test_oracle_is_the_plain_sql_join(shop_pipeline: Pipeline):
     assert sql.index("`ord`") < sql.index("`customer` ON")  # declared order: a chain reads left to right
 
 
+def test_a_recompute_handed_the_plan_uses_it_instead_of_building_it_again(shop_pipeline: Pipeline, monkeypatch):
+    from lakehouse.gold import recompute
+
+    plan = view_plan(shop_pipeline, "order_items_enriched")
+    monkeypatch.setattr(recompute, "view_plan", lambda *_: pytest.fail("the plan was built again"))
+    monkeypatch.setattr(recompute, "live_rows", lambda spark, pipeline, source: f"live {source.name}")
+    monkeypatch.setattr(recompute, "join_view", lambda used, live: (used, live))
+    used, live = recompute.full_recompute(None, shop_pipeline, plan)
+    assert used is plan and live == {s.name: f"live {s.name}" for s in plan.sources}
+
+
 # --------------------------------------------------------------------------- pure DataFrame functions
 
 
