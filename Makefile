@@ -16,9 +16,9 @@ unexport PYTHONDONTWRITEBYTECODE
 setup:
 	@bash tools/setup.sh
 
-# `make demo POSTGRES=1`: the same with a real PostgreSQL and Debezium's connector.
+# `make demo POSTGRES=1`: the same with a real PostgreSQL and Debezium's connector; `V=1`: every detail (-v).
 demo: setup
-	@$(CLI) demo $(if $(POSTGRES),--with-postgres)
+	@$(CLI) $(if $(V),-v) demo $(if $(POSTGRES),--with-postgres)
 
 # The whole default suite (every tier; the long randomized runs are `make test-slow`) on two
 # pytest workers, one per core (a third made every run slower: docs/performance.md, "The test suite"),

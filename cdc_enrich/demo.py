@@ -1,5 +1,11 @@
 """`cdc-enrich demo`: the whole service on the local stack, printing what a user wants to see.
 
+Each step says what it does and what came of it in a line or two of words and counts; then the
+tables it made, one verdict and where to look next. `cdc-enrich -v demo` (`make demo V=1`) adds
+the details under each step: every stage's progress and report, each table's counts, sample
+rows, one key's history, the late records before and after, the full verify and quality reports.
+The wording is `cdc_enrich.demo_lines` (pure, unit-tested).
+
 The demo works in its own lake (`<lake>/demo`), wiped at the start, so a second run shows
 the same story instead of piling events onto the last one. It knows no schema: it reads the
 pipeline file and shows whatever sources and views are declared there.
@@ -12,139 +18,215 @@ half-way through the transactions (verified against the database itself).
 from __future__ import annotations
 
 import argparse
+import shlex
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Callable
 
+from cdc_enrich import demo_lines as say
 from lakehouse.paths import lake_root
 
 #: A late record's LSN is its predecessor's plus one WAL step (the simulator's WAL positions are 8-byte aligned).
 WAL_STEP = 8
+CLI = ".venv/bin/cdc-enrich"
 
 
-def _banner(title: str) -> None:
-    print(f"\n=== {title} " + "=" * max(0, 70 - len(title)), flush=True)
+class _Out:
+    """The demo's two voices: each step's heading and result lines, always; its details
+    (`detail`, indented under it) only with -v."""
+
+    def __init__(self, verbose: bool) -> None:
+        self.verbose = verbose
+        self.steps = 0
+
+    def step(self, title: str) -> None:
+        """A numbered heading: what the step does, printed as it starts."""
+        self.steps += 1
+        print(f"\n{self.steps}. {title}", flush=True)
+
+    def result(self, *lines: str) -> None:
+        for line in lines:
+            print(f"   {line}", flush=True)
+
+    def detail(self, *texts: str) -> None:
+        if self.verbose:
+            for text in texts:
+                for line in text.splitlines() or [""]:
+                    print(f"      {line}", flush=True)
+
+    def progress(self, message: str) -> None:
+        self.detail(message)
 
 
 def run_demo(args: argparse.Namespace) -> int:
+    """The demo end to end; 0 when verify found gold equal to what it is checked against.
+    `args.verbose` (the CLI's global -v) turns the details on."""
     from devstack import broker as stack
     from testkit import simulator
     from cdc_enrich.render import render_rows, show_query
     from lakehouse.declaration import load_pipeline
     from lakehouse.spark import build_local_spark, ensure_schemas
     from lakehouse.metrics import metrics_table
-    from lakehouse.tables import bronze_table, gold_table, quality_results_table, quarantine_table, silver_current_table, silver_history_table
+    from lakehouse.tables import (bronze_table, gold_table, late_changes_table, quality_results_table, quarantine_table,
+                                  silver_current_table, silver_history_table)
     from lakehouse.gold.analyst import analyst_view
 
+    out = _Out(bool(getattr(args, "verbose", False)))
     started = time.monotonic()
     pipeline = load_pipeline(args.pipeline)
     lake = lake_root(args.lake) / "demo"
     _stop_all(lake)
     shutil.rmtree(lake, ignore_errors=True)
     lake.mkdir(parents=True)
+    print(f"cdc-enrich demo: pipeline {pipeline.name} ({say.count(len(pipeline.sources), 'source')}, "
+          f"{say.count(len(pipeline.views), 'view')}), in {lake}" + ("" if out.verbose else "; -v for the details"), flush=True)
 
-    _banner("1. local stack")
+    out.step("Local stack: a single-node Kafka broker")
     status = stack.broker_up(lake)
-    print(f"kafka: {status.describe()}")
+    out.result(f"running at {status.bootstrap}")
+    out.detail(f"kafka: {status.describe()}")
 
     truth_dir = lake / "truth" / pipeline.name
     with_postgres = bool(getattr(args, "with_postgres", False))
     if with_postgres:
-        dsn = _postgres_workload(args, pipeline, lake, status.bootstrap)
+        dsn = _postgres_workload(args, pipeline, lake, status.bootstrap, out)
     else:
-        _banner(f"2. simulate a Debezium workload (seed {args.seed}, {args.events} changes, chaos {args.chaos})")
+        out.step(f"Changes: a simulated Debezium workload (seed {args.seed}, {args.events:,} changes, chaos {args.chaos!r})")
         sim = simulator.simulate(pipeline, seed=args.seed, scale=1, events=args.events, chaos=args.chaos)
         simulator.write_truth(sim, truth_dir)
         produced = simulator.produce(sim.records, status.bootstrap)
-        print(f"produced {produced} Kafka records to {len(pipeline.topics)} topics; source truth in {truth_dir}")
-        for key, value in sorted(sim.stats.items()):
-            print(f"  {key}: {value}")
+        out.result(*say.simulation_lines(sim.stats, produced))
+        out.detail(f"source truth (what verify compares gold with): {truth_dir}", *say.simulation_details(sim.stats))
 
     spark = build_local_spark(lake, app_name="cdc-enrich-demo")
     ensure_schemas(spark, pipeline)
     if with_postgres:
         # Drains bronze -> silver -> gold until caught up with the database's LSN (the stage
-        # runs below then have nothing left to read and only print), then compares.
+        # runs below then have nothing left to read and only report), then compares.
         from lakehouse.verify.postgres import verify_against_postgres
 
-        pg_report = verify_against_postgres(spark, pipeline, dsn, lake, bootstrap=status.bootstrap, progress=print)
-        if not pipeline.views:  # otherwise shown as step 6
-            print(pg_report.render())
+        pg_report = verify_against_postgres(spark, pipeline, dsn, lake, bootstrap=status.bootstrap, progress=out.progress)
+        caught = pg_report.catch_up
+        out.result(f"caught up with the database: LSN {caught.target_lsn}, bronze, silver and gold drained in "
+                   f"{say.count(caught.rounds, 'round')} ({say.took(caught.drain_s)})")
+        out.detail(caught.render())
 
-    _banner("3. bronze: Kafka -> append-only Delta, malformed records to quarantine")
-    _run("bronze", spark, pipeline, lake, status.bootstrap)
-    rows = [
-        (src.name, spark.table(bronze_table(pipeline, src)).count())
-        for src in pipeline.sources.values()
-    ]
-    rows.append(("(quarantine)", spark.table(quarantine_table(pipeline)).count()))
-    print(render_rows(["table", "bronze rows"], rows))
+    out.step("Bronze: Kafka records into append-only Delta tables, undecodable ones to quarantine")
+    _, took = _run("bronze", spark, pipeline, lake, status.bootstrap, out)
+    bronze = {src.name: spark.table(bronze_table(pipeline, src)).count() for src in pipeline.sources.values()}
+    quarantined = spark.table(quarantine_table(pipeline)).count()
+    out.detail(render_rows(["table", "bronze rows"], [*bronze.items(), ("(quarantine)", quarantined)]))
+    out.result(say.bronze_line(bronze, quarantined, took))
 
-    _banner("4. silver: current state + full per-key history (out-of-order safe)")
-    _run("silver", spark, pipeline, lake, status.bootstrap)
+    out.step("Silver: each key's current state and full history, whatever order its changes arrive in")
+    silver, took = _run("silver", spark, pipeline, lake, status.bootstrap, out)
     rows = []
     for src in pipeline.sources.values():
         current = spark.table(silver_current_table(pipeline, src))
-        rows.append(
-            (
-                src.name,
-                current.where("NOT _deleted").count(),
-                current.where("_deleted").count(),
-                spark.table(silver_history_table(pipeline, src)).count(),
-            )
-        )
-    print(render_rows(["table", "live rows", "deleted keys", "history versions"], rows))
-    _show_one_history(spark, pipeline)
+        rows.append((src.name, current.where("NOT _deleted").count(), current.where("_deleted").count(),
+                     spark.table(silver_history_table(pipeline, src)).count()))
+    out.detail(render_rows(["table", "live rows", "deleted keys", "history versions"], rows))
+    out.result(say.silver_line(rows, _summed(silver), took))
+    busiest = _show_one_history(spark, pipeline, out)
+    if busiest is not None:
+        out.result(say.history_line(busiest[0], busiest[1], busiest[3]))
 
+    report = None
+    lates: list[_Late] = []
     if pipeline.views:
-        _banner("5. gold: incremental joins (foreign keys; as of each event's time; within a time window)")
-        _run("gold", spark, pipeline, lake, status.bootstrap)
+        out.step("Gold: the views, kept equal to their joins by incremental batches")
+        _, took = _run("gold", spark, pipeline, lake, status.bootstrap, out)
+        counts = {}
         for view in pipeline.views.values():
             clean = analyst_view(pipeline, view.name)
-            print(f"\n{clean} (analyst view of {gold_table(pipeline, view.name)}): {spark.table(clean).count()} rows")
-            print(show_query(spark, f"SELECT * FROM {clean} ORDER BY 1 LIMIT 5"))
-
-        stories = [_window_story(spark, pipeline, view.name, late=not with_postgres) for view in pipeline.views.values() if view.windowed]
-        stories += [_as_of_story(spark, pipeline, view.name, late=not with_postgres) for view in pipeline.views.values() if view.temporal]
+            counts[view.name] = spark.table(clean).count()
+            if out.verbose:
+                out.detail(f"{clean} (analyst view of {gold_table(pipeline, view.name)}): {counts[view.name]} rows",
+                           show_query(spark, f"SELECT * FROM {clean} ORDER BY 1 LIMIT 5"))
+        out.result(say.gold_line(counts, took))
+        stories = [_window_story(spark, pipeline, view.name, not with_postgres, out) for view in pipeline.views.values() if view.windowed]
+        stories += [_as_of_story(spark, pipeline, view.name, not with_postgres, out) for view in pipeline.views.values() if view.temporal]
         lates = [late for late in stories if late is not None]
         if lates:
-            _late_round(spark, pipeline, lake, status.bootstrap, lates, truth_dir)
+            out.step("Late data: records committed earlier, delivered after the first pass; bronze, silver and gold again")
+            _late_round(spark, pipeline, lake, status.bootstrap, lates, truth_dir, out)
 
         if with_postgres:
-            _banner("6. verify: gold and silver == the same joins and tables inside PostgreSQL")
-            print(pg_report.render())
+            out.step("Verify: gold and silver against the same joins and tables inside PostgreSQL")
+            out.detail(pg_report.render())
+            out.result(say.postgres_verify_line(pg_report))
         else:
-            _banner("6. verify: gold == SQL join over the source truth")
+            out.step("Verify: gold against the SQL join over the source truth")
             from lakehouse.verify.views import verify_pipeline
 
             report = verify_pipeline(spark, pipeline, truth_dir=truth_dir)
-            print(report.render())
+            out.detail(report.render())
+            out.result(say.verify_line(report, "the source truth"))
 
-        _banner("7. data quality (great-expectations)")
-        _run("quality", spark, pipeline, lake, status.bootstrap)
+        out.step("Data quality: Great Expectations suites over every table")
+        quality, took = _run("quality", spark, pipeline, lake, status.bootstrap, out)
+        out.result(say.quality_line(quality, took))
+    elif with_postgres:
+        out.detail(pg_report.render())
+        out.result(say.postgres_verify_line(pg_report))
 
-    verified = pg_report.ok if with_postgres else (report.ok if pipeline.views else True)
+    verified = pg_report.ok if with_postgres else (report.ok if report is not None else True)
     from lakehouse.dictionary import data_dictionary
     from lakehouse.quality.dashboard import write_dashboard
 
     dictionary = lake / f"{pipeline.name}-data-dictionary.md"
     dictionary.write_text(data_dictionary(pipeline), encoding="utf-8")
     board = write_dashboard(spark, pipeline, lake)
-    _banner("done" if verified else "done: VERIFY FOUND DIFFERENCES (see above)")
-    print(f"operators' dashboard (quality, quarantine, gold freshness, streams): {board.path}")
-    print(f"data dictionary (every table, column, key, join and rule): {dictionary}")
-    print(f"stream metrics, one row per micro-batch: {metrics_table(pipeline)}; quality results: {quality_results_table(pipeline)}")
-    print(f"demo finished in {time.monotonic() - started:.0f}s. Try:")
+    out.detail(board.render())
+
+    sources = list(pipeline.sources.values())
+    print(f"\nTables made (in {lake}):")
+    made = [
+        ("bronze", say.grouped([bronze_table(pipeline, s) for s in sources] + [quarantine_table(pipeline)])),
+        ("silver", say.grouped([silver_current_table(pipeline, s) for s in sources] + [late_changes_table(pipeline)])
+         + f" (each source's history in {silver_history_table(pipeline, sources[0]).rpartition('.')[2]} and the like)"),
+    ]
+    if pipeline.views:
+        made += [("gold", say.grouped(gold_table(pipeline, v) for v in pipeline.views)),
+                 ("analysts", say.grouped(analyst_view(pipeline, v) for v in pipeline.views) + " (gold without its lineage columns)")]
+    made.append(("operations", say.grouped([metrics_table(pipeline), quality_results_table(pipeline)])
+                 + " (one row per micro-batch; one per expectation checked)"))
+    print("\n".join(say.aligned(made)))
+
+    if with_postgres:
+        proof = "gold and silver equal PostgreSQL's own joins and tables, through a connector killed mid-stream"
+    elif pipeline.views:
+        proof = ("gold equals the SQL join over the source truth"
+                 + (f", through chaos {args.chaos!r}" if args.chaos != "none" else "") + (" and late data" if lates else ""))
+    else:
+        proof = "bronze and silver built (the pipeline declares no view to verify)"
+    print("\n" + say.verdict(verified, proof, quality if pipeline.views else None, time.monotonic() - started), flush=True)
+
+    lake_arg = shlex.quote(str(lake))
+    nexts = [("dashboard", str(board.path)), ("data dictionary", str(dictionary))]
     first_view = next(iter(pipeline.views), None)
     if first_view:
-        print(f"  .venv/bin/cdc-enrich --lake {lake} sql \"SELECT * FROM {gold_table(pipeline, first_view)} VERSION AS OF 1 LIMIT 5\"")
-    if with_postgres:
-        print(f"  .venv/bin/cdc-enrich --lake {lake} stack down --with-postgres     # stop the demo's broker, PostgreSQL and Connect")
-    else:
-        print(f"  .venv/bin/cdc-enrich --lake {lake} stack down     # stop the demo's broker")
+        query = f"SELECT * FROM {gold_table(pipeline, first_view)} VERSION AS OF 1 LIMIT 5"
+        nexts.append(("time travel", f"{CLI} --lake {lake_arg} sql {shlex.quote(query)}"))
+    if busiest is not None:
+        nexts.append(("a key's history", f"{CLI} --lake {lake_arg} history {busiest[0]} --key {shlex.quote(busiest[2])}"))
+    if not out.verbose:
+        nexts.append(("every detail", f"{CLI} -v demo" + (" --with-postgres" if with_postgres else "") + "   (make demo V=1)"))
+    down = " --with-postgres" if with_postgres else ""
+    nexts.append(("stop the stack", f"{CLI} --lake {lake_arg} stack down{down}"))
+    print("\nLook next:\n" + "\n".join(say.aligned(nexts)), flush=True)
     return 0 if verified else 1
+
+
+def _summed(report: Any) -> dict[str, int]:
+    """Silver's stats summed over its sources (`SilverReport`), by counter."""
+    total: dict[str, int] = {}
+    for stats in getattr(report, "sources", {}).values():
+        for f in fields(stats):
+            total[f.name] = total.get(f.name, 0) + getattr(stats, f.name)
+    return total
 
 
 def _stop_all(lake: Path) -> None:
@@ -156,66 +238,78 @@ def _stop_all(lake: Path) -> None:
     stack.broker_down(lake)
 
 
-def _postgres_workload(args: argparse.Namespace, pipeline: Any, lake: Path, bootstrap: str) -> str:
+def _postgres_workload(args: argparse.Namespace, pipeline: Any, lake: Path, bootstrap: str, out: _Out) -> str:
     """PostgreSQL + Debezium, the initial rows, then `args.events` transactions from two
     connections with the connector SIGKILLed and restarted half-way. Returns the DSN."""
     from devstack import connect
     from testkit import pg_workload
 
-    _banner(f"2. PostgreSQL + Debezium: {args.events} real transactions, the connector killed half-way")
+    out.step(f"Changes: PostgreSQL and Debezium's connector, {args.events:,} real transactions, the connector killed half-way")
     captured = pg_workload.capture_seeded_database(lake, pipeline, bootstrap, args.seed)
     dsn, rest_port = captured.dsn, captured.rest_port
-    print(f"postgres: {captured.postgres.describe()}")
-    print(captured.seeded.render())
-    print(f"connect: {captured.connect.describe()}")
-    print("connect: snapshot done, streaming")
+    out.detail(f"postgres: {captured.postgres.describe()}", captured.seeded.render(), f"connect: {captured.connect.describe()}",
+               "connect: snapshot done, streaming")
     half = args.events // 2
-    print(pg_workload.run_workload(dsn, pipeline, half, seed=args.seed + 1).render())
+    first = pg_workload.run_workload(dsn, pipeline, half, seed=args.seed + 1)
+    out.detail(first.render())
     connect.connect_down(lake, kill=True)
-    print("connect: killed (SIGKILL); the replication slot keeps what comes next")
-    print(pg_workload.run_workload(dsn, pipeline, args.events - half, seed=args.seed + 2).render())
-    print(f"connect: restarted, resumes from its offsets: {connect.connect_up(lake, pipeline, bootstrap, dsn, rest_port=rest_port).describe()}")
+    out.detail("connect: killed (SIGKILL); the replication slot keeps what comes next")
+    second = pg_workload.run_workload(dsn, pipeline, args.events - half, seed=args.seed + 2)
+    out.detail(second.render())
+    restarted = connect.connect_up(lake, pipeline, bootstrap, dsn, rest_port=rest_port)
+    out.detail(f"connect: restarted, resumes from its offsets: {restarted.describe()}")
+    out.result(*say.postgres_workload_lines(_operations(captured.seeded), first.transactions, second.transactions,
+                                            first.aborted + second.aborted))
     return dsn
 
 
-def _run(stage: str, spark: Any, pipeline: Any, lake: Path, bootstrap: str) -> None:
-    """One stage through the entry layer (drain what is there), its report and its time."""
+def _operations(stats: Any) -> int:
+    """Every operation a workload's stats count (the seeded rows, for the initial load)."""
+    return sum(n for ops in stats.operations.values() for n in ops.values())
+
+
+def _run(stage: str, spark: Any, pipeline: Any, lake: Path, bootstrap: str, out: _Out) -> tuple[Any, float]:
+    """One stage through the entry layer (drain what is there): its report and its seconds; its
+    progress lines and report are details."""
     from lakehouse.entry import run_stage
 
     began = time.monotonic()
-    report = run_stage(stage, spark, pipeline, lake, bootstrap=bootstrap, trigger="available_now", progress=lambda m: print(f"  {m}", flush=True))
+    report = run_stage(stage, spark, pipeline, lake, bootstrap=bootstrap, trigger="available_now", progress=out.progress)
+    took = time.monotonic() - began
     if report is not None and hasattr(report, "render"):
-        print(report.render())
-    print(f"{stage} finished in {time.monotonic() - began:.1f}s")
+        out.detail(report.render())
+    out.detail(f"{stage} finished in {took:.1f}s")
+    return report, took
 
 
 @dataclass(frozen=True)
 class _Late:
-    """A record the demo delivers late, after the first pass: what it says, how the truth learns of
-    it (it was committed then), and what to show once bronze, silver and gold have run again."""
+    """A record the demo delivers late, after the first pass: what it says (a detail), how the
+    truth learns of it (it was committed then), and what came of it once bronze, silver and gold
+    have run again (`show`: its line, after printing its details)."""
 
     record: Any
     intro: str
     into_truth: Callable[[Path], None]
-    show: Callable[[], None]
+    show: Callable[[], str]
 
 
-def _late_round(spark: Any, pipeline: Any, lake: Path, bootstrap: str, lates: list[_Late], truth_dir: Path) -> None:
+def _late_round(spark: Any, pipeline: Any, lake: Path, bootstrap: str, lates: list[_Late], truth_dir: Path, out: _Out) -> None:
     """Send the late records, add them to the truth, run bronze, silver and gold again, show each."""
     from testkit.simulator import produce
 
+    began = time.monotonic()
     produce([late.record for late in lates], bootstrap)
     for late in lates:
         late.into_truth(truth_dir)
-        print(f"\n{late.intro}")
-    print("\nbronze, silver and gold again:")
+        out.detail(late.intro)
     for stage in ("bronze", "silver", "gold"):
-        _run(stage, spark, pipeline, lake, bootstrap)
-    for late in lates:
-        late.show()
+        _run(stage, spark, pipeline, lake, bootstrap, out)
+    out.result(*[late.show() for late in lates])
+    out.result(f"{say.count(len(lates), 'late record')} sent; bronze, silver and gold ran again in {say.took(time.monotonic() - began)}")
 
 
-def _as_of_story(spark: Any, pipeline: Any, view: str, late: bool) -> _Late | None:
+def _as_of_story(spark: Any, pipeline: Any, view: str, late: bool, out: _Out) -> _Late | None:
     """An as-of view's rows next to the same join as of now; with `late` (simulator only) one
     dimension version to deliver late, with the events it re-enriches."""
     from pyspark.sql import functions as F
@@ -235,18 +329,20 @@ def _as_of_story(spark: Any, pipeline: Any, view: str, late: bool) -> _Late | No
     rows = then.join(now, keys).where(differs).select(
         *[then[k] for k in keys], *[x for c in joined for x in (then[c].alias(f"{c} (then)"), now[c].alias(f"{c} (now)"))]
     ).orderBy(*keys)
-    print(f"\n{view}: each row joined as of its event's time; {rows.count()} of {then.count()} differ from the same join as of now, e.g.:")
-    shown = rows.limit(5).collect()
-    print(render_rows(rows.columns, [tuple(r) for r in shown]))
+    differ, total = rows.count(), then.count()
+    out.result(say.as_of_line(view, plan.base.source.name, differ, total))
+    if out.verbose:
+        out.detail(f"{view}: each row joined as of its event's time; {differ} of {total} differ from the same join as of now, e.g.:",
+                   render_rows(rows.columns, [tuple(r) for r in rows.limit(5).collect()]))
     if not late:
         return None
     found = _late_version(spark, pipeline, plan)
     if found is None:
-        print("(no version of a joined row here has a successor and an event inside it to correct late)")
+        out.detail(f"{view}: no version of a joined row has a successor and an event inside it to correct late")
         return None
-    record, source, key_text, column, old, new, moment, event = found
+    record, source, key_text, column, shown_as, old, new, moment, event = found
     width = len(plan.view.columns)
-    before = then.where(_equal(keys, event)).collect()[0][:width]
+    before = then.where(_equal(keys, event)).collect()[0][:width] if out.verbose else ()
 
     def into_truth(truth_dir: Path) -> None:
         from testkit.simulator.late import add_version_to_truth
@@ -254,17 +350,19 @@ def _as_of_story(spark: Any, pipeline: Any, view: str, late: bool) -> _Late | No
         values = {c: (new if c == column else event[c]) for c in source.column_names}
         add_version_to_truth(truth_dir, source, values, _epoch_micros(moment))
 
-    def show() -> None:
+    def show() -> str:
         after = spark.table(gold_table(pipeline, view)).where(_equal(keys, event)).collect()[0][:width]
-        print(f"\n{view}, the event that version was valid for:")
-        print(render_rows(["", *then.columns[:width]], [("before", *before), ("after", *after)]))
+        out.detail(f"{view}, the event that version was valid for:",
+                   render_rows(["", *then.columns[:width]], [("before", *before), ("after", *after)]))
+        reads = after[then.columns.index(shown_as)]
+        return say.late_correction_line(view, f"{source.name} {key_text}", shown_as, new, reads)
 
     intro = (f"a late correction: {source.name} {key_text} had {column} = {new!r} (not {old!r}) from {moment}, a change "
              f"that reaches Kafka only now (an older LSN than the records already read)")
     return _Late(record, intro, into_truth, show)
 
 
-def _window_story(spark: Any, pipeline: Any, view: str, late: bool) -> _Late | None:
+def _window_story(spark: Any, pipeline: Any, view: str, late: bool, out: _Out) -> _Late | None:
     """A windowed view's events by outcome: paired, closed without a partner, still inside their
     window (no row yet: one comes when it closes), and late (recorded, joined to nothing); with
     `late` (simulator only) one joined event to deliver after its window closed."""
@@ -286,22 +384,20 @@ def _window_story(spark: Any, pipeline: Any, view: str, late: bool) -> _Late | N
     ).first()
     events = {side.name: spark.table(event_table(pipeline, plan, side)) for side in (base, joined)}
     shown = gold.select(*[F.col(k).alias(pk) for k, pk in zip(base_key, base.source.primary_key)]).distinct()
-    waiting = events["base"].where(~F.col(LATE)).join(shown, list(base.source.primary_key), "left_anti").count() if base.emits_unmatched else 0
+    waiting = events["base"].where(~F.col(LATE)).join(shown, list(base.source.primary_key), "left_anti").count() if base.emits_unmatched else None
     late_now = {name: frame.where(F.col(LATE)).count() for name, frame in events.items()}
-    names = base.alias.alias, joined.alias.alias
+    names = (base.source.name, joined.source.name) if base.source.name != joined.source.name else (base.alias.alias, joined.alias.alias)
     mark = watermark(spark, pipeline, plan)
-    print(f"\n{view}: watermark {mark} (the latest event time less {grace_us(plan) // 1_000_000} s of grace):")
-    print(f"  {counts['pairs']} pair(s) of {names[0]} and {names[1]}; {counts['base_alone']} {names[0]} event(s) whose window closed "
-          f"without a partner" + (f", {counts['joined_alone']} {names[1]} event(s) too" if joined.emits_unmatched else "")
-          + (f"; {waiting} {names[0]} event(s) still inside their window (a row when it closes)" if base.emits_unmatched else "")
-          + "; late, recorded in "
-          f"_late_changes and joined to nothing: {late_now['base']} {names[0]}, {late_now['joined']} {names[1]}")
+    out.result(say.window_line(view, names, counts["pairs"], (counts["base_alone"], counts["joined_alone"] if joined.emits_unmatched else None),
+                               waiting, (late_now["base"], late_now["joined"])))
+    out.detail(f"{view}: watermark {mark} (the latest event time less {grace_us(plan) // 1_000_000} s of grace); "
+               "an event still inside its window gets its row when the window closes; a late one is recorded in _late_changes")
     if not late or mark is None:
         return None
-    return _late_partner(spark, pipeline, plan, base, joined, mark, events["base"])
+    return _late_partner(spark, pipeline, plan, base, joined, mark, events["base"], out)
 
 
-def _late_partner(spark: Any, pipeline: Any, plan: Any, base: Any, joined: Any, mark: Any, base_events: Any) -> _Late | None:
+def _late_partner(spark: Any, pipeline: Any, plan: Any, base: Any, joined: Any, mark: Any, base_events: Any, out: _Out) -> _Late | None:
     """A new joined event for a base event whose window has closed, timed inside that window (so
     on time it would have paired) but below the watermark: it arrives late, is recorded, pairs
     with nothing. None when the joined source's key is not one whole number, or no event fits."""
@@ -347,13 +443,14 @@ def _late_partner(spark: Any, pipeline: Any, plan: Any, base: Any, joined: Any, 
 
         add_row_to_truth(truth_dir, source, row, commit_us)
 
-    def show() -> None:
+    def show() -> str:
         key_json = F.to_json(F.struct(F.lit(row[pk[0]]).alias(pk[0])))
         found = spark.table(late_changes_table(pipeline)).where((F.col("source") == source.name) & (F.col("key") == key_json))
         recorded = found.select("source", "key", "source_ts", "late_by_ms", "reason").collect()
         paired = spark.table(gold_table(pipeline, view)).where(F.col(pipeline.view_key(view)[len(base.source.primary_key)]) == row[pk[0]]).count()
-        print(f"\n{view}: the late {source.name} event, in _late_changes; gold rows pairing it: {paired}")
-        print(render_rows(["source", "key", "source_ts", "late_by_ms", "reason"], [tuple(r) for r in recorded]))
+        out.detail(f"{view}: the late {source.name} event, in _late_changes; gold rows pairing it: {paired}",
+                   render_rows(["source", "key", "source_ts", "late_by_ms", "reason"], [tuple(r) for r in recorded]))
+        return say.late_event_line(view, f"{source.name} {pk[0]}={row[pk[0]]}", f"{base.source.name} {base_text}", len(recorded), paired)
 
     intro = (f"a late event: {source.name} {pk[0]}={row[pk[0]]} for {base.source.name} {base_text}, committed at {moment} "
              f"(inside that event's window, which closed at {closed[AT] + span}; watermark now {mark}), reaches Kafka only now")
@@ -421,32 +518,33 @@ def _late_version(spark: Any, pipeline: Any, plan: Any) -> Any:
             commit_us = _epoch_micros(moment)
             record = late_record(pipeline, source, values, lsn, commit_us)
             key_text = ", ".join(f"{k}={row[k]}" for k in source.primary_key)
-            return record, source, key_text, column, old, values[column], moment, row
+            return record, source, key_text, column, shown[0].name, old, values[column], moment, row
     return None
 
 
-def _show_one_history(spark: Any, pipeline: Any) -> None:
-    """The key with the most versions in the first versioned source: its life, then an as-of query."""
+def _show_one_history(spark: Any, pipeline: Any, out: _Out) -> tuple[str, str, str, int] | None:
+    """The key with the most versions in the first versioned source: (source, the key as text,
+    the key as `history --key` takes it, its versions); its life and an as-of query are details."""
     from pyspark.sql import functions as F
 
+    from cdc_enrich.render import render_rows
     from lakehouse.silver import as_of
     from lakehouse.tables import silver_history_table
 
-    source = next(s for s in pipeline.sources.values() if s.kind == "table")
+    source = next((s for s in pipeline.sources.values() if s.kind == "table"), None)
+    if source is None:
+        return None
     history = spark.table(silver_history_table(pipeline, source))
     busiest = history.groupBy(*source.primary_key).count().orderBy(F.desc("count"), *source.primary_key).first()
     if busiest is None:
-        return
+        return None
     condition = _equal(list(source.primary_key), busiest)
     shown = list(source.column_names) + ["_op", "_deleted", "_valid_from", "_valid_to"]
     versions = history.where(condition).orderBy("_sequence").select(*shown).collect()
     key_text = ", ".join(f"{c}={busiest[c]}" for c in source.primary_key)
-    print(f"\nhistory of {source.name} {key_text} ({len(versions)} versions):")
-    from cdc_enrich.render import render_rows
-
-    print(render_rows(shown, [tuple(r) for r in versions]))
-    if len(versions) >= 2 and versions[1]["_valid_from"] is not None:
+    out.detail(f"history of {source.name} {key_text} ({len(versions)} versions):", render_rows(shown, [tuple(r) for r in versions]))
+    if out.verbose and len(versions) >= 2 and versions[1]["_valid_from"] is not None:
         moment = versions[1]["_valid_from"]
         past = as_of(spark, pipeline, source, str(moment)).where(condition)
-        print(f"\n{source.name} {key_text} as of source time {moment}:")
-        print(render_rows(past.columns, [tuple(r) for r in past.collect()]))
+        out.detail(f"{source.name} {key_text} as of source time {moment}:", render_rows(past.columns, [tuple(r) for r in past.collect()]))
+    return source.name, key_text, ",".join(str(busiest[c]) for c in source.primary_key), len(versions)
