@@ -301,15 +301,17 @@ def cmd_bench(args: argparse.Namespace) -> int:
                                            batch_sizes=sizes, progress=_say)
             _say(pipeline_table(results[name]))
         elif name == "freshness":
-            from testkit.bench.freshness import RATES, bench_freshness
+            from testkit.bench.freshness import RATES, bench_freshness, render_cycles
             from testkit.bench.freshness import render_table as freshness_table
 
             rates = tuple(float(r) for r in args.rates.split(",")) if args.rates else RATES
             results[name] = bench_freshness(spark, pipeline, lake, _bootstrap(args, pipeline), rates,
                                             duration_s=args.duration, drain_s=args.drain, postgres_stack=lake_root(args.lake) if args.with_postgres else None,
                                             progress=_say,
-                                            schedules=tuple(x.strip() for x in args.schedules.split(",") if x.strip()) if args.schedules else None)
+                                            schedules=tuple(x.strip() for x in args.schedules.split(",") if x.strip()) if args.schedules else None,
+                                            intervals=_intervals(args.intervals) if args.intervals else None)
             _say(freshness_table(results[name]))
+            _say(render_cycles(results[name]))
         elif name == "ingest":
             from testkit.bench.ingest import bench_ingest
 
@@ -361,6 +363,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
             Path(args.out).write_text(json.dumps(results[name], indent=2, default=str))
         _say(json.dumps(results[name], indent=2, default=str))
     return 0
+
+
+def _intervals(text: str) -> dict[str, str]:
+    """`--intervals bronze=5,silver=1` as `options.intervals` ({"bronze": "5 seconds", ...}).
+
+    >>> _intervals("bronze=5, gold=1")
+    {'bronze': '5 seconds', 'gold': '1 seconds'}
+    """
+    pairs = (item.split("=", 1) for item in text.split(",") if item.strip())
+    return {stage.strip(): f"{float(seconds):g} seconds" for stage, seconds in pairs}
 
 
 def cmd_maintain(args: argparse.Namespace) -> int:
@@ -536,6 +548,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rates", help="freshness: comma list of records per second (default 100,500,2000)")
     p.add_argument("--schedules", help="freshness: comma list of continuous schedules, each run at every rate "
                    "(chained, concurrent; default: the pipeline's options.continuous)")
+    p.add_argument("--intervals", help="freshness: the stages' processing-time intervals in seconds, e.g. "
+                   "'bronze=5,silver=1,gold=1' (default 1 second each)")
     p.add_argument("--duration", type=float, default=180, help="freshness: seconds of changes sent at each rate (default 180)")
     p.add_argument("--drain", type=float, default=120, help="freshness: seconds the run goes on after the last send (default 120)")
     p.add_argument("--with-postgres", action="store_true",

@@ -28,15 +28,18 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from pyspark.sql import SparkSession
 
 from lakehouse.declaration import Pipeline
-from lakehouse.metrics import MetricsRecorder, recording_metrics
+from lakehouse.metrics import CONTINUOUS_FLUSH_S, MetricsRecorder, recording_metrics
 from lakehouse.streaming import AVAILABLE_NOW, CONTINUOUS_POLICY, PROCESSING_TIME, RestartPolicy, Say, Stream, StreamSpec, run_streams
+
+
+DRAINS_KEPT = 1000  # a continuous run's report keeps its latest drains: a long run's would grow without end
 
 
 @dataclass
@@ -50,6 +53,12 @@ class ContinuousReport:
     restarts: dict[str, int] = field(default_factory=dict)  # query name -> restarts (only those with any)
     schedule: str = "concurrent"
     cycles: int = 0  # chained: cycles begun
+    # chained: each stage's drain of the latest cycles (cycle, stage, began, ended wall-clock, queries started)
+    drains: list[tuple[int, str, float, float, int]] = field(default_factory=list)
+
+    def record_drain(self, stage: str, began: float, ended: float, queries: int) -> None:
+        """One stage's drain in the current cycle (the latest DRAINS_KEPT are kept)."""
+        self.drains = [*self.drains[-(DRAINS_KEPT - 1):], (self.cycles, stage, began, ended, queries)]
 
     def count_restarts(self, streams: Sequence[Stream]) -> None:
         """Add the restarts of `streams` (one run of queries; a chained run has one per drain)."""
@@ -109,7 +118,7 @@ def run_continuous(
     )
     started = time.monotonic()
     try:
-        with recording_metrics(spark, pipeline) as metrics:
+        with recording_metrics(spark, pipeline, CONTINUOUS_FLUSH_S) as metrics:
             if options.continuous == "chained":
                 run_cycles(
                     [("bronze", bronze_specs), ("silver", silver_specs), ("gold", gold_specs)],
@@ -155,6 +164,7 @@ def run_cycles(
     alone, and a change to one table for the queries downstream of it. Cycles and restarts go to
     `report`."""
     stop = stop if stop is not None else threading.Event()
+    stages = [(stage, prepared_once(specs)) for stage, specs in stages]
     timer: threading.Timer | None = None
     if timeout_s is not None:
         timer = threading.Timer(timeout_s, stop.set)  # a drain in progress is cut between batches too
@@ -170,7 +180,7 @@ def run_cycles(
             for stage, specs in stages:
                 if stop.is_set() or not specs:
                     continue
-                now = time.monotonic()
+                now, wall = time.monotonic(), time.time()
                 chosen = to_drain(specs, written, last_drained, now, full_every_s)
                 if not chosen:
                     drains.append(f"{stage} skipped")
@@ -178,6 +188,7 @@ def run_cycles(
                     continue
                 streams = run_streams(chosen, AVAILABLE_NOW, processing_time, say=say, policy=policy, stop=stop, metrics=metrics)
                 report.count_restarts(streams)
+                report.record_drain(stage, wall, time.time(), len(chosen) + sum(s.total_restarts for s in streams))
                 last_drained.update((spec.query_name, now) for spec in chosen)
                 written = written_tables(streams)
                 share = "" if len(chosen) == len(specs) else f" ({len(chosen)} of {len(specs)})"
@@ -187,6 +198,32 @@ def run_cycles(
     finally:
         if timer is not None:
             timer.cancel()
+
+
+class _Once:
+    """A `StreamSpec.prepare` that runs until it has succeeded once, then does nothing."""
+
+    def __init__(self, prepare: Callable[[], None]) -> None:
+        self.prepare, self.done = prepare, False
+
+    def __call__(self) -> None:
+        if not self.done:
+            self.prepare()
+            self.done = True
+
+
+def prepared_once(specs: Sequence[StreamSpec]) -> list[StreamSpec]:
+    """`specs` whose `prepare` (tables, checks, comments, views) runs in the first drain only: a
+    chained run starts its queries again every cycle, but its process, and with it what the
+    tables look like, stays. A declaration that changes needs a new process anyway.
+
+    >>> calls = []
+    >>> spec = StreamSpec("s", "q", Path("/tmp/c"), build=lambda: None, prepare=lambda: calls.append(1))
+    >>> once = prepared_once([spec])[0]
+    >>> once.prepare(); once.prepare(); calls
+    [1]
+    """
+    return [replace(spec, prepare=_Once(spec.prepare)) for spec in specs]
 
 
 def to_drain(

@@ -29,6 +29,7 @@ import ast
 import json
 import logging
 import threading
+import time
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Any, Iterator, Sequence
@@ -40,6 +41,11 @@ from lakehouse.declaration import Pipeline
 from lakehouse.frames import local_frame
 
 log = logging.getLogger("lakehouse.metrics")
+
+COLLECT_EVERY_S = 10.0  # how often a recorder reads its queries' progress, whatever its flush interval
+#: A continuous run's metrics commit: at most one a minute (a bookkeeping commit per cycle would
+#: cost more than a quiet cycle's work).
+CONTINUOUS_FLUSH_S = 60.0
 
 METRICS_SCHEMA = StructType(
     [
@@ -234,9 +240,14 @@ class MetricsRecorder:
         return len(rows)
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.flush_every_s):
+        """Collect every COLLECT_EVERY_S at most (a query keeps its latest 100 updates), write
+        every `flush_every_s` (one commit)."""
+        flushed = time.monotonic()
+        while not self._stop.wait(min(COLLECT_EVERY_S, self.flush_every_s)):
             self.collect()
-            self.flush()
+            if time.monotonic() - flushed >= self.flush_every_s:
+                self.flush()
+                flushed = time.monotonic()
 
     def start(self) -> None:
         self._thread.start()

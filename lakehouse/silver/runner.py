@@ -105,12 +105,14 @@ def _silver_stream(
     checkpoint = silver_checkpoint(pipeline, source, lake)
     query_name = f"silver_{pipeline.tables.silver_schema}_{source.name}"
 
+    kept: dict[str, SilverBatches] = {}  # the batch function, made by `prepare`: its StreamState lives across starts
+
     def prepare() -> None:
+        """Tables, the stream's app id, held changes a fixed rule lets through: once per run of
+        queries (a continuous run prepares once per process, `lakehouse.continuous`)."""
         if not spark.catalog.tableExists(bronze):
             raise CdcEnrichError(f"bronze table {bronze} does not exist: run the bronze job for {source.name!r} first")
         ensure_silver_tables(spark, pipeline, source)
-
-    def build() -> Any:
         app_id = silver_app_id(checkpoint, spark)
         report.sources.setdefault(source.name, SilverStats())
         released = release_held(spark, pipeline, source, f"{app_id}:release")  # what a fixed rule lets through
@@ -118,11 +120,13 @@ def _silver_stream(
             report.add(source.name, SilverStats(released=released))
             if progress is not None:
                 progress(f"silver {source.name}: {released} held change(s) pass the quarantine rules now and were applied")
+        kept.setdefault("batches", SilverBatches(pipeline, source, app_id, query_name, post.mailbox))
+
+    def build() -> Any:
         reader = spark.readStream.format("delta")
         if max_files_per_trigger:
             reader = reader.option("maxFilesPerTrigger", max_files_per_trigger)
-        batches = SilverBatches(pipeline, source, app_id, query_name, post.mailbox)
-        return reader.table(bronze).writeStream.foreachBatch(batches)
+        return reader.table(bronze).writeStream.foreachBatch(kept["batches"])
 
     return StreamSpec(
         name=f"silver {source.name}",

@@ -53,6 +53,7 @@ from lakehouse.spark import ensure_schemas
 from lakehouse.tables import bronze_table, gold_table
 from testkit.bench import markdown_table
 from testkit.bench.ingest import _clean, isolated_pipeline
+from testkit.bench.phases import phase_resources
 
 RATES = (100, 500, 2000)
 INTERVALS = {"bronze": "1 second", "silver": "1 second", "gold": "1 second"}
@@ -310,7 +311,7 @@ def bench_freshness(
     for rate, schedule in [(r, s) for r in rates for s in (schedules or (pipeline.options.continuous,))]:
         tag = "fresh" + uuid.uuid4().hex[:8]
         bench = isolated_pipeline(pipeline, tag)
-        bench = bench.with_options(intervals=dict(intervals or INTERVALS), continuous=schedule)
+        bench = bench.with_options(intervals={**INTERVALS, **(intervals or {})}, continuous=schedule)
         feed: _SimulatorFeed | _PostgresFeed = (
             _PostgresFeed(Path(postgres_stack), bench, bootstrap, seed) if postgres_stack else _SimulatorFeed(bench, bootstrap, seed)
         )
@@ -318,10 +319,11 @@ def bench_freshness(
         checkpoints = checkpoint_dir(Path(lake), bench.name, "")
         stop = threading.Event()
         failure: list[BaseException] = []
+        reports: list[Any] = []
 
         def run() -> None:
             try:
-                run_continuous(spark, bench, Path(lake), bootstrap, stop=stop)
+                reports.append(run_continuous(spark, bench, Path(lake), bootstrap, stop=stop))
             except BaseException as exc:  # noqa: BLE001 - reported by the main thread
                 failure.append(exc)
                 stop.set()
@@ -349,13 +351,65 @@ def bench_freshness(
             feed.close()
         summary.update(rate=rate, schedule=schedule, unit=feed.unit, duration_s=duration_s, records_sent=feed.records(),
                        sent_seconds=round(sent_seconds, 1))
+        if reports:
+            summary["cycles"] = cycle_counts(reports[0].drains, phase_resources(spark, drain_spans(reports[0].drains), complete_only=True))
         say(f"bench freshness {rate:g} {feed.unit}/s, {schedule}: {_line(summary)}")
         results.append(summary)
         if not keep:
             _clean(spark, bench, checkpoints, bootstrap)
     held = [r["rate"] for r in results if r.get("bounded")]
-    return {"rates": results, "highest_bounded_rate": max(held) if held else None, "intervals": dict(intervals or INTERVALS),
+    return {"rates": results, "highest_bounded_rate": max(held) if held else None, "intervals": {**INTERVALS, **(intervals or {})},
             "source": "postgres" if postgres_stack else "simulator"}
+
+
+def drain_spans(drains: Sequence[tuple[int, str, float, float, int]]) -> list[tuple[str, float, float]]:
+    """A chained run's drains (`ContinuousReport.drains`) as spans named `<cycle>:<stage>`."""
+    return [(f"{cycle}:{stage}", began, ended) for cycle, stage, began, ended, _ in drains]
+
+
+def cycle_counts(drains: Sequence[tuple[int, str, float, float, int]], resources: dict[str, dict[str, Any]] | None) -> dict[str, Any]:
+    """What a chained run's stages cost per drain after the first cycle (a stage a cycle skipped
+    is not a drain), as medians: seconds, queries started and (from `resources`,
+    `phases.phase_resources` over `drain_spans`: the drains the UI still held) Spark jobs and
+    SQL executions; and the busy cycles (those in which gold drained): how many, median seconds.
+
+    >>> drains = [(1, "bronze", 0.0, 9.0, 7), (2, "bronze", 10.0, 12.0, 7), (2, "gold", 12.0, 15.0, 4), (3, "bronze", 20.0, 21.0, 7)]
+    >>> out = cycle_counts(drains, {"2:bronze": {"jobs": 8, "sql_executions": 20}, "3:bronze": {"jobs": 6, "sql_executions": 18}})
+    >>> out["busy_cycles"], out["busy_cycle_s"], out["stages"]["bronze"]
+    (1, 5.0, {'drains': 2, 'seconds': 1.5, 'queries_started': 7.0, 'jobs': 7.0, 'sql_executions': 19.0})
+    >>> out["stages"]["gold"]["jobs"] is None  # the UI no longer held gold's drain
+    True
+    """
+    first = min((cycle for cycle, *_ in drains), default=0)
+    later = [d for d in drains if d[0] != first]
+    busy = {cycle for cycle, stage, *_ in later if stage == "gold"}
+    spans: dict[int, list[float]] = {}
+    for cycle, _, began, ended, _ in later:
+        if cycle in busy:
+            spans.setdefault(cycle, []).extend((began, ended))
+    stages: dict[str, Any] = {}
+    for stage in dict.fromkeys(stage for _, stage, *_ in later):
+        mine = [d for d in later if d[1] == stage]
+        entry: dict[str, Any] = {
+            "drains": len(mine),
+            "seconds": _median([ended - began for _, _, began, ended, _ in mine]),
+            "queries_started": _median([started for *_, started in mine]),
+        }
+        if resources is not None:
+            held = [resources[f"{cycle}:{stage}"] for cycle, *_ in mine if f"{cycle}:{stage}" in resources]
+            for count in ("jobs", "sql_executions"):
+                entry[count] = _median([r.get(count, 0) for r in held])
+        stages[stage] = entry
+    return {"busy_cycles": len(busy), "busy_cycle_s": _median([max(t) - min(t) for t in spans.values()]), "stages": stages}
+
+
+def _median(values: Sequence[float]) -> float | None:
+    """The median (None for no values)."""
+    ordered = sorted(values)
+    if not ordered:
+        return None
+    mid = len(ordered) // 2
+    return float(ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2)
 
 
 def _payload(value: bytes | None) -> dict[str, Any]:
@@ -375,6 +429,22 @@ def _line(summary: dict[str, Any]) -> str:
         f"catch-up {summary['catch_up_s']}s); "
         f"{'bounded' if summary['bounded'] else 'NOT bounded'}"
     )
+
+
+def render_cycles(result: dict[str, Any]) -> str:
+    """Per rate, schedule and stage, what a chained run's drains after the first cycle cost
+    (medians): seconds, queries started, Spark jobs, SQL executions; and its busy cycles."""
+    rows = [
+        (f"{r['rate']:g}", r.get("schedule", ""), f"{r['cycles']['busy_cycles']} / {r['cycles']['busy_cycle_s']}", stage,
+         c["drains"], _rounded(c["seconds"]), c["queries_started"], c.get("jobs", "-"), c.get("sql_executions", "-"))
+        for r in result["rates"] if r.get("cycles") for stage, c in r["cycles"]["stages"].items()
+    ]
+    return markdown_table(("rate", "schedule", "busy cycles / median s", "stage", "drains", "s / drain", "query starts / drain",
+                           "Spark jobs / drain", "SQL executions / drain"), rows) if rows else ""
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)
 
 
 def render_table(result: dict[str, Any]) -> str:

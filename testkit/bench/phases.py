@@ -103,10 +103,12 @@ def attribute(spans: Sequence[Span], jobs: Iterable[tuple[float, str]], executio
     >>> out = attribute(spans, jobs, [(11.5, [{"table": "t", "files": 2, "rows": 50}])])
     >>> out["keys"]["jobs"], out["keys"]["job_kinds"], out["keys"]["files_read"], out["keys"]["rows_read"], out["merge"]["jobs"]
     (2, {'collect': 2}, 2, 50, 1)
+    >>> out["keys"]["sql_executions"], out["merge"]["sql_executions"]
+    (1, 0)
     """
     out: dict[str, dict[str, Any]] = {}
     for phase, _, _ in spans:
-        out.setdefault(phase, {"jobs": 0, "job_kinds": {}, "files_read": 0, "rows_read": 0, "tables": {}})
+        out.setdefault(phase, {"jobs": 0, "job_kinds": {}, "sql_executions": 0, "files_read": 0, "rows_read": 0, "tables": {}})
     for at, kind in jobs:
         phase = phase_of(spans, at)
         if phase is not None:
@@ -116,6 +118,7 @@ def attribute(spans: Sequence[Span], jobs: Iterable[tuple[float, str]], executio
         phase = phase_of(spans, at)
         if phase is None:
             continue
+        out[phase]["sql_executions"] += 1
         for scan in scans:
             entry = out[phase]
             entry["files_read"] += scan["files"]
@@ -158,12 +161,13 @@ def ui_rest(spark: SparkSession, path: str) -> Any:
         return json.load(r)
 
 
-def phase_resources(spark: SparkSession, spans: Sequence[Span]) -> dict[str, dict[str, Any]] | None:
+def phase_resources(spark: SparkSession, spans: Sequence[Span], complete_only: bool = False) -> dict[str, dict[str, Any]] | None:
     """`attribute` over the jobs and SQL executions the UI holds (None without a UI). Call it
-    right after the run: the UI keeps the latest 1,000 jobs and executions."""
+    right after the run: the UI keeps the latest 1,000 jobs and executions. `complete_only`
+    leaves out the spans that began before the oldest job or execution the UI still holds
+    (a long run's early spans, whose counts would be short)."""
     if not spans or not spark.sparkContext.uiWebUrl:
         return None
-    first, last = min(s[1] for s in spans), max(s[2] for s in spans)
     try:
         jobs = [j for j in ui_rest(spark, "jobs") if "submissionTime" in j]
         executions = ui_rest(spark, "sql?details=true&planDescription=false&offset=0&length=100000")
@@ -171,6 +175,12 @@ def phase_resources(spark: SparkSession, spans: Sequence[Span]) -> dict[str, dic
         return None
     timed = [(ui_time(e["submissionTime"]), e) for e in executions if "submissionTime" in e]
     submitted = [(ui_time(j["submissionTime"]), j) for j in jobs]
+    if complete_only:
+        oldest = max(min((t for t, _ in submitted), default=0.0), min((t for t, _ in timed), default=0.0))
+        spans = [span for span in spans if span[1] >= oldest]
+        if not spans:
+            return {}
+    first, last = min(s[1] for s in spans), max(s[2] for s in spans)
     out = attribute(spans, [(t, job_kind(j)) for t, j in submitted if first <= t <= last],
                     [(t, scans_of(e)) for t, e in timed if first <= t <= last])
     ran = [(t, ui_time(j["completionTime"])) for t, j in submitted if "completionTime" in j]

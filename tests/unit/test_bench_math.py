@@ -146,7 +146,8 @@ def test_a_batch_phase_is_charged_with_the_jobs_and_scans_submitted_during_it() 
     assert out["keys"]["job_kinds"] == {"collect": 1, "count": 1}
     assert (out["keys"]["files_read"], out["keys"]["rows_read"]) == (3, 300)
     assert out["merge"]["tables"] == {"gold": {"files": 20, "rows": 2000}}
-    assert out["read"] == {"jobs": 1, "job_kinds": {"collect": 1}, "files_read": 0, "rows_read": 0, "tables": {}}
+    assert out["read"] == {"jobs": 1, "job_kinds": {"collect": 1}, "sql_executions": 0, "files_read": 0, "rows_read": 0, "tables": {}}
+    assert [out[p]["sql_executions"] for p in out] == [0, 1, 1]  # each execution counted once, in its phase
 
 
 def test_a_phase_counts_the_seconds_some_job_ran_once_however_many_overlap() -> None:

@@ -376,8 +376,8 @@ def test_a_delta_commit_conflict_is_recognised_however_it_reaches_python() -> No
 
 
 def _cycles(stop_after: int, log: list[str], silver_script: list[Any] | None = None) -> tuple[list[tuple[str, list[StreamSpec]]], Any]:
-    """Three stages of fake queries that drain at once (silver's as scripted); preparing a
-    bronze drain after `stop_after` of them sets `stop`."""
+    """Three stages of fake queries that drain at once (silver's as scripted); starting a
+    bronze drain after `stop_after` of them sets `stop`. Each prepare is logged."""
     import threading
 
     stop = threading.Event()
@@ -389,7 +389,8 @@ def _cycles(stop_after: int, log: list[str], silver_script: list[Any] | None = N
             stop.set()
 
     stages = [
-        ("bronze", [fake_spec("bronze", [[True]] * 10, log, prepare=count)]),
+        ("bronze", [fake_spec("bronze", [[True]] * 10, log, started=lambda _query_id: count(),
+                              prepare=lambda: log.append("prepare bronze"))]),
         ("silver", [fake_spec("silver", [silver_script or [True]] * 10, log)]),
         ("gold", [fake_spec("gold_a", [[True]] * 10, log), fake_spec("gold_b", [[True]] * 10, log)]),
     ]
@@ -424,7 +425,10 @@ def test_a_chained_run_drains_the_stages_in_flow_order_cycle_after_cycle() -> No
     assert re.fullmatch(r"continuous cycle 1: bronze [\d.]+s, silver [\d.]+s, gold [\d.]+s", said[0]), said
     builds = [line.split()[1] for line in log if line.startswith("build")]
     assert builds == ["bronze", "silver", "gold_a", "gold_b"] * 2 + ["bronze"]  # stopped in the third cycle's first drain
+    assert log.count("prepare bronze") == 1  # tables are prepared once per process, not once a cycle
     assert report.cycles == 3 and report.restarts == {}
+    assert [(cycle, stage, queries) for cycle, stage, _, _, queries in report.drains] == [
+        (1, "bronze", 1), (1, "silver", 1), (1, "gold", 2), (2, "bronze", 1), (2, "silver", 1), (2, "gold", 2), (3, "bronze", 1)]
     assert recorder.most == 1 and recorder.watched == []  # each drain's queries are read while they run, then let go
 
 
