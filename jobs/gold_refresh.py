@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Sequence
 
-from lakehouse.entry import TRIGGERS, load, resolve_trigger, run_main
+from lakehouse.entry import TRIGGERS, check_with_spark, load, resolve_trigger, run_main
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,6 +35,7 @@ def _run(args: argparse.Namespace) -> int:
     trigger = resolve_trigger(args.trigger, pipeline)
     spark = get_spark(args.lake)
     ensure_schemas(spark, pipeline)
+    check_with_spark(spark, pipeline)  # key expressions, before any query starts
     report = run_gold(
         spark,
         pipeline,

@@ -13,7 +13,7 @@ from pyspark.sql import functions as F
 
 from lakehouse.declaration import ForeignKey, Pipeline, Source
 from lakehouse.deltasql import deletion_vectors_if_grown, num_files
-from lakehouse.gold import as_of, expression_join, windowed
+from lakehouse.gold import as_of, windowed
 from lakehouse.gold.applied import APPLIED, collected_moves
 from lakehouse.gold.clock import PhaseClock
 from lakehouse.gold.feeds import Feed, feed_fields, silver_feed
@@ -532,7 +532,7 @@ def _by_recompute(
     """The whole view from silver current, diffed against gold, only the differences MERGEd:
     the same rows and the same change feed as the incremental path would give."""
     stats.update(path="recompute", reason=decision.reason)
-    view_rows = full_recompute(session, pipeline, plan.view.name)
+    view_rows = full_recompute(session, pipeline, plan)
     source = recompute_differences(plan, view_rows, session.read.table(target)).localCheckpoint(eager=True)
     count, ranges = count_and_ranges(source, plan.key_columns[0], KEY_COLLECT_LIMIT)
     stats["affected_keys"] = count
@@ -563,7 +563,7 @@ def append_to_empty_gold(
     """
     target = gold_table(pipeline, plan.view.name)
     (rows,) = table_rows(session, [silver_current_table(pipeline, plan.base.source)])  # about one gold row each
-    written = append_tagged(clustered(full_recompute(session, pipeline, plan.view.name), plan.key_columns, rows), target, app_id, version)
+    written = append_tagged(clustered(full_recompute(session, pipeline, plan), plan.key_columns, rows), target, app_id, version)
     deletion_vectors_if_grown(session, target, written)  # it was empty: known small
     return written
 
@@ -589,7 +589,6 @@ def prepare_view(spark: SparkSession, pipeline: Pipeline, plan: ViewPlan) -> Non
         return
     for schema in (pipeline.tables.qualified("silver", "x"), pipeline.tables.qualified("gold", "x")):
         spark.sql(f"CREATE SCHEMA IF NOT EXISTS {schema.rsplit('.', 1)[0]}")
-    expression_join.check_key_types(spark, pipeline, plan.view)
     view_kind(plan).prepare(spark, pipeline, plan)
     ensure_analyst_view(spark, pipeline, plan)
     if tables_exist(spark, tables):  # an as-of view's joined history may not exist yet: prepare again then
@@ -640,10 +639,11 @@ def view_stream(
     *,
     prepare: bool = False,
     max_files_per_trigger: int | None = None,
+    plan: ViewPlan | None = None,
 ) -> StreamSpec:
     """The view's query for the shared runner (silver's change feeds -> `_ViewMaintainer`);
-    `prepare` creates its tables just before it starts."""
-    plan = view_plan(pipeline, view)
+    `prepare` creates its tables just before it starts; `plan`: the view's, when the caller has it."""
+    plan = plan or view_plan(pipeline, view)
     post = PostOffice(spark, pipeline, lambda outcome: _count_batch(run, outcome, progress))
     checkpoint = checkpoint_dir(lake, pipeline.name, f"gold_{view}")
     maintainer = _ViewMaintainer(pipeline, plan, checkpoint, post.mailbox)
@@ -748,17 +748,20 @@ def gold_streams(
     specs = []
     for name in _view_names(pipeline, views):
         run = report.views.setdefault(name, ViewRun(name))
-        if not wait_for_silver and _skipped(spark, pipeline, name, run, progress):
+        plan = view_plan(pipeline, name)
+        if not wait_for_silver and _skipped(spark, pipeline, plan, run, progress):
             continue
-        specs.append(view_stream(spark, pipeline, lake, name, run, progress, prepare=True, max_files_per_trigger=max_files_per_trigger))
+        specs.append(view_stream(spark, pipeline, lake, name, run, progress, prepare=True, max_files_per_trigger=max_files_per_trigger,
+                                 plan=plan))
     return specs, report
 
 
 def _skipped(
-    spark: SparkSession, pipeline: Pipeline, name: str, run: ViewRun, progress: Callable[[str], None] | None
+    spark: SparkSession, pipeline: Pipeline, plan: ViewPlan, run: ViewRun, progress: Callable[[str], None] | None
 ) -> bool:
     """Whether the view waits for silver (a source table not created yet); says so in its run."""
-    missing = _missing_silver(spark, pipeline, view_plan(pipeline, name))
+    name = plan.view.name
+    missing = _missing_silver(spark, pipeline, plan)
     if not missing:
         return False
     run.skipped = f"silver table(s) not created yet: {', '.join(missing)}; run the silver stage first"
