@@ -352,8 +352,9 @@ def _as_of_story(spark: Any, pipeline: Any, view: str, late: bool, out: _Out) ->
 
     def show() -> str:
         after = spark.table(gold_table(pipeline, view)).where(_equal(keys, event)).collect()[0][:width]
-        out.detail(f"{view}, the event that version was valid for:",
-                   render_rows(["", *then.columns[:width]], [("before", *before), ("after", *after)]))
+        if out.verbose:  # `before` was read only then
+            out.detail(f"{view}, the event that version was valid for:",
+                       render_rows(["", *then.columns[:width]], [("before", *before), ("after", *after)]))
         reads = after[then.columns.index(shown_as)]
         return say.late_correction_line(view, f"{source.name} {key_text}", shown_as, new, reads)
 
