@@ -359,9 +359,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
             _say(render_phase_reads(results[name]))
             if results[name]["repeats"] > 1:
                 _say(render_cells(results[name]))
-        if args.out:  # for `python -m testkit.bench.plot`
-            Path(args.out).write_text(json.dumps(results[name], indent=2, default=str))
         _say(json.dumps(results[name], indent=2, default=str))
+    if args.out:  # one bench's result (for `python -m testkit.bench.plot`); `all`: each bench's, by name
+        Path(args.out).write_text(json.dumps(results if args.which == "all" else results[which[0]], indent=2, default=str))
     return 0
 
 

@@ -29,6 +29,7 @@ from lakehouse.deltasql import create_table
 from lakehouse.frames import local_frame
 from lakehouse.silver import apply_batch, ensure_silver_tables
 from lakehouse.tables import CURRENT_KIND, HISTORY_KIND, bronze_schema, silver_store_schema, silver_store_table
+from testkit.bench.phases import phase_resources
 
 PLACEHOLDER = "__debezium_unavailable_value"
 
@@ -263,10 +264,11 @@ def bench_silver(
             seed_s = time.perf_counter() - t0
             batch = _change_batch(spark, source, size, changes).localCheckpoint(eager=True)
             phases = _PhaseCapture()
-            t0 = time.perf_counter()
+            t0, began = time.perf_counter(), time.time()
             with phases:
                 stats = apply_batch(batch, 0, variant, source, app_id=f"bench-{run}")
             seconds = time.perf_counter() - t0
+            counts = (phase_resources(spark, [("batch", began, time.time())]) or {}).get("batch", {})
             m = _last_merge_metrics(spark, store)
             changed = m.get("numTargetRowsUpdated", 0) + m.get("numTargetRowsInserted", 0) + m.get("numTargetRowsDeleted", 0)
             rewritten = m.get("numTargetRowsCopied", 0) + m.get("numTargetRowsUpdated", 0)
@@ -286,6 +288,10 @@ def bench_silver(
                     "store_scan_ms": m.get("scanTimeMs", 0),
                     "rows_rewritten_per_changed_row": round(rewritten / changed, 2) if changed else None,
                     "phases": phases.text,
+                    # counts that do not move with the machine's speed (None without the Spark UI)
+                    "spark_jobs": counts.get("jobs"),
+                    "sql_executions": counts.get("sql_executions"),
+                    "rows_read": counts.get("rows_read"),
                 }
             )
             spark.sql(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
