@@ -319,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default="100000,1000000")
     args = parser.parse_args(argv)
     lake = lake_root(args.lake)
-    spark = get_spark(lake, app_name="bench-silver")
+    spark = get_spark(lake, app_name="bench-silver", ui=True)  # the counts come from the Spark UI
     result = bench_silver(spark, load_pipeline(Path(args.pipeline)), lake, args.changes, tuple(int(s) for s in args.sizes.split(",")))
     print(json.dumps(result, indent=2))
     return 0
