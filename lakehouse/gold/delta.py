@@ -28,9 +28,8 @@ from lakehouse.deltasql import (
     source_values,
     table_facts,
 )
-from lakehouse.gold.layout import ROWS_PER_FILE, KeyRange, clustered, range_predicate_sql
+from lakehouse.gold.layout import KeyRange, clustered, range_predicate_sql
 from lakehouse.gold.plan import (
-    BROADCAST_ROW_LIMIT,
     FRESHNESS_COLUMNS,
     ROW_HASH,
     ViewPlan,
@@ -217,41 +216,37 @@ def merge_into_gold(
     app_id: str | None = None,
     version: int | None = None,
 ) -> dict[str, int]:
-    """Write `gold_merge_source` rows into gold: only real changes, never from an older base version.
+    """Write `gold_merge_source` rows into gold in one MERGE, one commit: only real changes,
+    never from an older base version. A reader or a change-feed consumer never sees half a batch.
 
     Update when `_row_hash` or a lineage hash differs; delete a present row whose key left the
     join; insert a new row. Update and delete require the incoming base sequence not to be older
     than the stored one (the hash check). `key_ranges` (covering the source's first key column)
     adds a literal predicate so Delta prunes gold files by their statistics.
 
-    A source that knows which keys gold holds and holds only rows that differ from gold
-    (`IN_GOLD`: `frames.differing_rows`, `frames.recompute_differences`) into a large table is
-    written in two commits instead (`_merge_then_append`): a MERGE with an insert clause joins its
-    source *left outer* with the touched files, a join Spark cannot broadcast the source into,
-    so every row of those files is shuffled (181 MB for 4k differing rows into 1M, 2026-12-01);
-    without one, it is an inner join against the broadcast source, and without the hash
-    comparison Delta finds the touched files on gold's key and sequence columns alone. Other
-    sources (an as-of view's), and a small table (whose touched files Delta rewrites anyway),
-    get the one MERGE of three clauses.
+    A source that holds only rows that differ from gold (`IN_GOLD`: `frames.differing_rows`,
+    `frames.recompute_differences`) into a large table (`writes_apart`) needs no hash comparison
+    in its update clause: Delta then finds the touched files on gold's key and sequence columns
+    alone. (Its new keys once went to a second commit, an append, to spare the MERGE's outer join
+    the shuffle of the touched files; measured at 1M rows, OLTP 0.1 %: one commit costs the batch
+    ~1 s more, docs/performance.md "Gold".)
     """
-    if IN_GOLD in source.columns and writes_apart(session, table):
-        return _merge_then_append(session, table, plan, source, key_ranges, app_id, version)
+    differing = IN_GOLD in source.columns and writes_apart(session, table)
     with delta_txn(session, app_id, version):
-        return merge(source, table, _target_matches(plan.key_columns, key_ranges), _gold_clauses(plan))
+        return merge(source, table, _target_matches(plan.key_columns, key_ranges), _gold_clauses(plan, differing))
 
 
 def writes_apart(session: SparkSession, table: str) -> bool:
-    """Whether `merge_into_gold` writes a differing source into `table` as a MERGE then an
-    append: the table is large enough for deletion vectors (a small one's touched files are
-    rewritten whatever the join, so its one MERGE compares the hashes itself)."""
+    """Whether a large `table` takes the differing rows only (`frames.differing_rows`): it is
+    large enough for deletion vectors (a small one's touched files are rewritten whatever the
+    join, so its one MERGE compares the hashes itself)."""
     return not rewrites_touched_files(table_facts(session, table).size_bytes)
 
 
 def _gold_clauses(plan: ViewPlan, differing: bool = False) -> list:
     """The guarded WHEN clauses of a gold MERGE (`merge_into_gold`). `differing`: the source
-    holds only rows that differ from gold and keys gold holds (`_merge_then_append`), so an update
-    needs no hash comparison (which would have Delta read gold's hash columns to find the files
-    it touches) and no row is inserted."""
+    holds only rows that differ from gold, so an update needs no hash comparison (which would
+    have Delta read gold's hash columns to find the files it touches)."""
     base_seq = f"t.{quote(plan.base.gold_seq)}"
     guard = f"(s._guard_seq IS NULL OR {base_seq} IS NULL OR s._guard_seq >= {base_seq})"
     hashes = [ROW_HASH] + [a.gold_hash for a in plan.aliases]
@@ -259,45 +254,7 @@ def _gold_clauses(plan: ViewPlan, differing: bool = False) -> list:
     if not differing:
         update += " AND (" + " OR ".join(f"NOT (t.{quote(h)} <=> s.{quote(h)})" for h in hashes) + ")"
     values = source_values(plan.gold_columns)
-    clauses = [matched_delete(f"NOT s._present AND {guard}"), matched_update(values, update)]
-    return clauses + ([] if differing else [not_matched_insert(values, "s._present")])
-
-
-def _merge_then_append(
-    session: SparkSession,
-    table: str,
-    plan: ViewPlan,
-    source: DataFrame,
-    key_ranges: Sequence[KeyRange] | None,
-    app_id: str | None,
-    version: int | None,
-) -> dict[str, int]:
-    """`merge_into_gold` of rows that differ from gold (computed once by the caller: they read
-    gold) into a large table: the keys gold holds by a MERGE without an insert clause (guarded
-    updates and deletes), then the new keys' rows appended, each write under a tag of its own
-    (`<app_id>` and `<app_id>:new`), so a replay skips whichever committed.
-
-    Only the view's own stream writes its gold table, so a key gold did not hold when the batch
-    diffed it is still absent when it appends, and a row that differed still differs. A reader
-    between the two commits sees the batch's updates without its new rows, as it would see a
-    batch's rows without the next batch's.
-    """
-    counts = {(r[IN_GOLD], r["_present"]): r["count"] for r in source.groupBy(IN_GOLD, "_present").count().collect()}
-    stats = {"inserted": 0, "updated": 0, "deleted": 0}
-    held = counts.get((True, True), 0) + counts.get((True, False), 0)
-    if held:
-        existing = source.where(F.col(IN_GOLD))
-        if held <= BROADCAST_ROW_LIMIT:
-            existing = F.broadcast(existing)
-        with delta_txn(session, app_id, version):
-            stats.update(merge(existing, table, _target_matches(plan.key_columns, key_ranges), _gold_clauses(plan, differing=True)))
-    new = counts.get((False, True), 0)
-    if new:
-        rows = source.where(~F.col(IN_GOLD) & F.col("_present")).select(*plan.gold_columns)
-        if new <= ROWS_PER_FILE:
-            rows = rows.coalesce(1)  # one file, as the MERGE's insert of a small batch wrote
-        stats["inserted"] = append_tagged(rows, table, None if app_id is None else f"{app_id}:new", version)
-    return stats
+    return [matched_delete(f"NOT s._present AND {guard}"), matched_update(values, update), not_matched_insert(values, "s._present")]
 
 
 def table_rows(session: SparkSession, tables: Sequence[str]) -> list[int]:

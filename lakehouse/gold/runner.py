@@ -488,7 +488,7 @@ def _keys_merge_source(
     they name, `frames.narrowed_sources`), computed once; for
     a gold table large enough for deletion vectors, less the rows it holds unchanged
     (`frames.differing_rows`, on gold's key and hash columns), which `delta.merge_into_gold`
-    then writes in two commits. A small table's one MERGE compares the hashes itself.
+    then writes without comparing hashes. A small table's MERGE compares the hashes itself.
     `few_keys`: at most a broadcast's worth of keys."""
     base = plan.base.source
     base_current = session.read.table(silver_current_table(pipeline, base))
