@@ -8,11 +8,14 @@ written in one run is found by name in the next.
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
+from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
-from typing import Mapping
+from typing import Iterator, Mapping
 
 from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
@@ -55,12 +58,34 @@ def build_local_spark(
     builder = SparkSession.builder.appName(app_name).master(f"local[{cores}]" if cores else "local[*]")
     for key, value in {**local_spark_conf(lake, ui=ui), **(conf or {})}.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    with jvm_deaf_to_sigterm():
+        spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("CDC_ENRICH_SPARK_LOG_LEVEL", "ERROR"))
     from lakehouse.py4j_cache import remember_lookups  # py4j: a local driver's, not a Connect client's
 
     remember_lookups(spark.sparkContext._jvm)
     return spark
+
+
+@contextmanager
+def jvm_deaf_to_sigterm() -> Iterator[None]:
+    """SIGTERM ignored while a local Spark JVM is launched, so the JVM inherits its ignoring
+    (HotSpot leaves a signal ignored at its start ignored, as `nohup` relies on for SIGHUP).
+
+    systemd's default KillMode and a Kubernetes pod stop send SIGTERM to the whole process
+    group: the JVM, a child in this process's group, died first and the run printed py4j
+    tracebacks and exited 1 while its own handler (`entry.stop_on_signals`) was stopping the
+    queries between batches. Now only this process hears it; the JVM exits when this process
+    closes the gateway, or when it dies (SIGKILL: the JVM's stdin closes). Outside the main
+    thread signals cannot be set, and nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def local_spark_conf(lake: Path, ui: bool = False) -> dict[str, str]:

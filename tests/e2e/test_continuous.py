@@ -127,3 +127,55 @@ def test_changes_produced_while_running_reach_gold_under_either_schedule_and_a_s
     assert sum(s.changes_read for s in run_silver(spark, pipeline, lake).sources.values()) == 0
     assert all(run.changes_read == 0 for run in run_gold(spark, pipeline, lake).views.values())
     assert verify_pipeline(spark, pipeline, tmp_path / "truth").ok
+
+
+@pytest.mark.long
+def test_sigterm_to_the_whole_process_group_stops_the_job_cleanly_and_loses_nothing(
+    spark: SparkSession, shop_pipeline: Pipeline, kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """systemd's default KillMode and a Kubernetes pod stop send SIGTERM to every process of the
+    job's group, its Spark JVM included. The job still stops between batches, says so and exits
+    0 (the JVM does not hear SIGTERM: `lakehouse.spark.jvm_deaf_to_sigterm`); every record it
+    took in is in bronze once, and a drain afterwards finds the rest."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from tests.e2e.test_bronze_kafka import REPO, _job, _pipeline_file
+
+    tag = "term" + _tag()
+    pipeline_file, pipeline = _pipeline_file(shop_pipeline, tmp_path, tag, "orders_enriched")
+    sim = simulate(pipeline, seed=SEED, events=EVENTS, chaos="none")
+    records = [r for r in sim.records if r.topic in pipeline.topics]
+    create_topics(kafka_bootstrap, list(pipeline.topics), 1)
+    produce(records, kafka_bootstrap)
+    lake, log = tmp_path / "lake", tmp_path / "job.log"
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    job = subprocess.Popen(
+        [sys.executable, "-m", "jobs.run_continuous", "--pipeline", str(pipeline_file), "--lake", str(lake),
+         "--bootstrap", kafka_bootstrap],
+        cwd=REPO, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    try:
+        assert _wait(lambda: "continuous cycle 1:" in log.read_text() or job.poll() is not None, 300, every_s=1), log.read_text()
+        os.killpg(job.pid, signal.SIGTERM)  # the whole group: the job, its Spark JVM, its Python workers
+        code = job.wait(timeout=300)
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+    text = log.read_text()
+    assert code == 0, text
+    assert "stopped cleanly" in text and "Traceback" not in text and "Py4J" not in text, text
+
+    # a drain over the job's checkpoints takes what it had not read; bronze then holds every record once
+    drain = _job(pipeline_file, lake, kafka_bootstrap, 1000, tmp_path / "drain.log")
+    assert drain.wait(400) == 0, (tmp_path / "drain.log").read_text()[-3000:]
+    taken = []
+    for source in pipeline.sources.values():
+        path = lake / "warehouse" / f"{pipeline.tables.bronze_schema}.db" / source.name
+        taken += [tuple(r) for r in spark.read.format("delta").load(str(path)).select("_topic", "_partition", "_offset").collect()]
+    quarantine = lake / "warehouse" / f"{pipeline.tables.bronze_schema}.db" / "_quarantine"
+    if quarantine.exists():
+        taken += [tuple(r) for r in spark.read.format("delta").load(str(quarantine)).select("topic", "partition", "offset").collect()]
+    assert len(taken) == len(set(taken)) == len(records)
