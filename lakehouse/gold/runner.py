@@ -62,6 +62,7 @@ from lakehouse.gold.plan import (
 )
 from lakehouse.gold.recompute import full_recompute
 from lakehouse.errors import UnknownNameError
+from lakehouse.frames import local_frame
 from lakehouse.execution import session_settings, small_work_settings
 from lakehouse.checkpoints import query_id
 from lakehouse.metrics import recording_metrics
@@ -316,8 +317,7 @@ def _maintain_subscriptions(
     for left, fk in plan.relations:
         if left.name not in changes:
             continue
-        # computed once (MERGE then reads it twice without copying it first)
-        updates = subscription_updates(changes[left.name], left, fk).localCheckpoint(eager=True)
+        updates = subscription_updates(changes[left.name], left, fk)  # computed once by `_apply_moves`
         written += _apply_moves(session, subscription_table(pipeline, left, fk.name), updates, left, fk,
                                 (change_rows or {}).get(left.name), app_id, version, tables_may_be_empty)
     return written
@@ -342,7 +342,7 @@ def catch_up_subscriptions(
     written = 0
     for left, fk in plan.relations:
         current = silver_current_table(pipeline, left)
-        updates = current_subscriptions(session.read.table(current), left, fk).localCheckpoint(eager=True)
+        updates = current_subscriptions(session.read.table(current), left, fk)
         written += _apply_moves(session, subscription_table(pipeline, left, fk.name), updates, left, fk,
                                 recent_table_rows(session, [current])[0], app_id, version, True)
     record_subscriptions(session, target, maintained=True)
@@ -361,13 +361,17 @@ def _apply_moves(
     table_may_be_empty: bool,
 ) -> int:
     """One relation's `updates` into its subscription table, unless this process wrote them all
-    already; rows written. `bound` (about the updates' rows: a stale count costs a collect of the
-    first few at worst, `collected_moves`) keeps a large batch from being collected."""
+    already; rows written. `updates` is computed once: a small batch's moves are collected (one
+    Spark job, `collected_moves`) and handed to the MERGE from the driver, a large one's are
+    checkpointed (the MERGE reads its source twice). `bound` (about the updates' rows: a stale
+    count costs a collect of the first few at worst) keeps a large batch from being collected."""
     moves = collected_moves(updates, bound)  # a small batch's count and key ranges too
     if moves is not None:
         key = updates.columns.index(left.primary_key[0])
         rows, ranges = len(moves), key_ranges((m[key] for m in moves), max_points=MAX_POINTS)
+        updates = local_frame(session, moves, updates.schema)
     else:
+        updates = updates.localCheckpoint(eager=True)
         rows, ranges = count_and_ranges(updates, left.primary_key[0], KEY_COLLECT_LIMIT)
     if rows == 0:
         return 0
