@@ -189,8 +189,8 @@ def apply_batch(
     Safe to call again with the same `batch_id` (a replay): every write carries
     (`app_id`:table, `batch_id`) as Delta txn, and planning from the tables' state makes the
     replay a no-op anyway. Work is proportional to the keys in the batch (a truncate touches
-    every key alive at it). Spark jobs: the batch's change rows materialized by the job that
-    sums the batch up (one read of bronze), then the deduplicated changes, the touched keys'
+    every key alive at it). Spark jobs: the batch's changes, deduplicated, materialized by the
+    job that sums the batch up (one read of bronze), then the touched keys'
     stored history and current rows, the timeline and the plan (counted as it is materialized)
     each once (a small batch collects its touched keys first, `apply_changes`), then the
     writes. A few changes into small tables run with the settings for a few rows
@@ -200,9 +200,10 @@ def apply_batch(
     state = state if state is not None else StreamState()
     clock = BatchClock(f"silver {source.name} batch {batch_id}")
     stats = SilverStats(batches=1)
-    # the batch's change rows materialized by the job that sums the batch up: bronze is read once
-    rows, observed = checkpoint_observing(batch_df, [batch_summary(batch_df, source).alias("s")],
-                                          lambda bronze: changes_from_bronze(bronze, source))
+    # the batch's changes, deduplicated, materialized by the job that sums the batch up: bronze
+    # is read once, and no job of its own reads the change rows again to drop the copies
+    deduped, observed = checkpoint_observing(batch_df, [batch_summary(batch_df, source).alias("s")],
+                                             lambda bronze: dedupe_changes(changes_from_bronze(bronze, source), source))
     summary = observed["s"]
     clock.lap("summary")
     stats.changes_read, stats.tombstones, stats.truncates, stats.skipped = (
@@ -229,8 +230,7 @@ def apply_batch(
         clock.lap("watermarks")
 
         moves = summary["moves_with_placeholders"] > 0
-        changes = dedupe_changes(rows, source)
-        changes = (changes if moves else changes.drop("_old_key")).localCheckpoint(eager=True)
+        changes = deduped if moves else deduped.drop("_old_key")
         if ends:
             deletes = _reconcile_snapshots(batch_df, pipeline, source, changes, ends)
             stats.snapshot_deletes = deletes.count()
