@@ -63,7 +63,7 @@ from lakehouse.gold.plan import (
 from lakehouse.gold.recompute import full_recompute
 from lakehouse.errors import UnknownNameError
 from lakehouse.frames import local_frame
-from lakehouse.execution import session_settings, small_work_settings
+from lakehouse.execution import checkpoint_observing, session_settings, small_work_settings
 from lakehouse.checkpoints import query_id
 from lakehouse.metrics import recording_metrics
 from lakehouse.outcomes import Mailbox, Outcome, PostOffice
@@ -178,14 +178,17 @@ class _ViewMaintainer:
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
         started, started_wall = time.monotonic(), time.time()
         session = batch_df.sparkSession
-        batch = batch_df.localCheckpoint(eager=False)  # kept by the count below, then split by source
-        counts = {r["_source"]: r["count"] for r in batch.groupBy("_source").count().collect()}
+        kind = view_kind(self.plan)
+        feeds = kind.feeds(self.pipeline, self.plan)
+        # kept, then split by source; its rows per source counted by the job that keeps it (no shuffle)
+        batch, observed = checkpoint_observing(batch_df, [
+            F.count(F.when(F.col("_source") == F.lit(name), 1)).alias(name) for name in dict.fromkeys(f.source for f in feeds)
+        ])
+        counts = {name: int(n) for name, n in observed.items() if n}
         if not counts:
             return
         read_seconds, read_span = time.monotonic() - started, ("read", started_wall, time.time())
         changes = sum(counts.values())
-        kind = view_kind(self.plan)
-        feeds = kind.feeds(self.pipeline, self.plan)
         read = [feed.table for feed in feeds] + [gold_table(self.pipeline, self.plan.view.name)]
         with session_settings(session, small_work_settings(session, changes, read)):
             stats = kind.process(
