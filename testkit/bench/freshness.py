@@ -368,15 +368,16 @@ def drain_spans(drains: Sequence[tuple[int, str, float, float, int]]) -> list[tu
 
 
 def cycle_counts(drains: Sequence[tuple[int, str, float, float, int]], resources: dict[str, dict[str, Any]] | None) -> dict[str, Any]:
-    """What a chained run's stages cost per drain after the first cycle (a stage a cycle skipped
-    is not a drain), as medians: seconds, queries started and (from `resources`,
-    `phases.phase_resources` over `drain_spans`: the drains the UI still held) Spark jobs and
-    SQL executions; and the busy cycles (those in which gold drained): how many, median seconds.
+    """What a chained run's busy cycles (those after the first in which gold drained: changes
+    went through) cost: how many, their median seconds, and per stage the medians of its drains
+    in them: seconds, queries started and (from `resources`, `phases.phase_resources` over
+    `drain_spans`: the drains the UI still held) Spark jobs and SQL executions. `drains`: every
+    drain of the stage after the first cycle, idle ones included.
 
     >>> drains = [(1, "bronze", 0.0, 9.0, 7), (2, "bronze", 10.0, 12.0, 7), (2, "gold", 12.0, 15.0, 4), (3, "bronze", 20.0, 21.0, 7)]
     >>> out = cycle_counts(drains, {"2:bronze": {"jobs": 8, "sql_executions": 20}, "3:bronze": {"jobs": 6, "sql_executions": 18}})
     >>> out["busy_cycles"], out["busy_cycle_s"], out["stages"]["bronze"]
-    (1, 5.0, {'drains': 2, 'seconds': 1.5, 'queries_started': 7.0, 'jobs': 7.0, 'sql_executions': 19.0})
+    (1, 5.0, {'drains': 2, 'seconds': 2.0, 'queries_started': 7.0, 'jobs': 8.0, 'sql_executions': 20.0})
     >>> out["stages"]["gold"]["jobs"] is None  # the UI no longer held gold's drain
     True
     """
@@ -389,9 +390,9 @@ def cycle_counts(drains: Sequence[tuple[int, str, float, float, int]], resources
             spans.setdefault(cycle, []).extend((began, ended))
     stages: dict[str, Any] = {}
     for stage in dict.fromkeys(stage for _, stage, *_ in later):
-        mine = [d for d in later if d[1] == stage]
+        mine = [d for d in later if d[1] == stage and d[0] in busy]
         entry: dict[str, Any] = {
-            "drains": len(mine),
+            "drains": sum(1 for d in later if d[1] == stage),
             "seconds": _median([ended - began for _, _, began, ended, _ in mine]),
             "queries_started": _median([started for *_, started in mine]),
         }
@@ -432,15 +433,14 @@ def _line(summary: dict[str, Any]) -> str:
 
 
 def render_cycles(result: dict[str, Any]) -> str:
-    """Per rate, schedule and stage, what a chained run's drains after the first cycle cost
-    (medians): seconds, queries started, Spark jobs, SQL executions; and its busy cycles."""
+    """Per rate, schedule and stage, what a chained run's busy cycles cost (`cycle_counts`)."""
     rows = [
-        (f"{r['rate']:g}", r.get("schedule", ""), f"{r['cycles']['busy_cycles']} / {r['cycles']['busy_cycle_s']}", stage,
+        (f"{r['rate']:g}", r.get("schedule", ""), f"{r['cycles']['busy_cycles']} / {_rounded(r['cycles']['busy_cycle_s'])}", stage,
          c["drains"], _rounded(c["seconds"]), c["queries_started"], c.get("jobs", "-"), c.get("sql_executions", "-"))
         for r in result["rates"] if r.get("cycles") for stage, c in r["cycles"]["stages"].items()
     ]
-    return markdown_table(("rate", "schedule", "busy cycles / median s", "stage", "drains", "s / drain", "query starts / drain",
-                           "Spark jobs / drain", "SQL executions / drain"), rows) if rows else ""
+    return markdown_table(("rate", "schedule", "busy cycles / median s", "stage", "drains (all)", "s / busy drain",
+                           "query starts / busy drain", "Spark jobs / busy drain", "SQL executions / busy drain"), rows) if rows else ""
 
 
 def _rounded(value: float | None) -> float | None:
