@@ -469,6 +469,10 @@ def _view(name: str, raw: Any, sources: dict[str, Source], problems: Problems) -
         problems.add(_join(path, "joins"), f"expected a list of joins, got {_kind(raw_joins)}")
         raw_joins = []
     for i, raw_join in enumerate(raw_joins):
+        if joins and joins[0].kind == "window":  # one declared before this one: the view's only join
+            problems.add(f"{path}.joins[{i}]", f"a windowed join ({joins[0].alias}) pairs two events sources and must be "
+                                               "the view's only join")
+            break
         join = _view_join(f"{path}.joins[{i}]", raw_join, alias_tables, sources, problems)
         if join:
             joins.append(join)

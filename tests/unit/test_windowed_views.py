@@ -113,3 +113,19 @@ def test_a_windowed_join_needs_two_events_sources_and_both_keys():
     as_of = PIPELINE.replace("    base: payments\n", "    base: payments\n    as_of: paid_at\n", 1)
     with pytest.raises(PipelineConfigError, match=r"views\.refunds_outer\.as_of: a windowed view times its events in its join's `window.time`"):
         load(as_of)
+
+
+def test_a_join_declared_after_a_windowed_join_is_refused_not_ignored():
+    """A windowed view pairs two events sources and nothing else: a join after its window was
+    once accepted and then ignored by gold (which reads the first join only)."""
+    later = PIPELINE.replace(
+        "          time: {payments: paid_at, refund: refunded_at}\n",
+        "          time: {payments: paid_at, refund: refunded_at}\n"
+        "      - {alias: again, table: refunds, on: primary_key}\n",
+    )
+    assert later != PIPELINE
+    with pytest.raises(PipelineConfigError) as err:
+        load(later)
+    text = str(err.value)
+    assert re.search(r"w\.yml:\d+: views\.refunds_outer\.joins\[1\]: a windowed join \(refund\) pairs two events sources "
+                     r"and must be the view's only join", text), text
