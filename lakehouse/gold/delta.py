@@ -225,21 +225,21 @@ def merge_into_gold(
     adds a literal predicate so Delta prunes gold files by their statistics.
 
     A source that holds only rows that differ from gold (`IN_GOLD`: `frames.differing_rows`,
-    `frames.recompute_differences`) into a large table (`writes_apart`) needs no hash comparison
+    `frames.recompute_differences`) into a large table (`takes_differing_rows`) needs no hash comparison
     in its update clause: Delta then finds the touched files on gold's key and sequence columns
     alone. (Its new keys once went to a second commit, an append, to spare the MERGE's outer join
     the shuffle of the touched files; measured at 1M rows, OLTP 0.1 %: one commit costs the batch
     ~1 s more, docs/performance.md "Gold".)
     """
-    differing = IN_GOLD in source.columns and writes_apart(session, table)
+    differing = IN_GOLD in source.columns and takes_differing_rows(session, table)
     with delta_txn(session, app_id, version):
         return merge(source, table, _target_matches(plan.key_columns, key_ranges), _gold_clauses(plan, differing))
 
 
-def writes_apart(session: SparkSession, table: str) -> bool:
-    """Whether a large `table` takes the differing rows only (`frames.differing_rows`): it is
-    large enough for deletion vectors (a small one's touched files are rewritten whatever the
-    join, so its one MERGE compares the hashes itself)."""
+def takes_differing_rows(session: SparkSession, table: str) -> bool:
+    """Whether `table` is MERGEd only the rows that differ from it (`frames.differing_rows`,
+    diffed on its key and hash columns first): it is large enough for deletion vectors (a small
+    one's touched files are rewritten whatever the join, so its MERGE compares the hashes itself)."""
     return not rewrites_touched_files(table_facts(session, table).size_bytes)
 
 

@@ -39,7 +39,7 @@ from lakehouse.gold.delta import (
     live_rows,
     merge_into_gold,
     merge_subscriptions,
-    writes_apart,
+    takes_differing_rows,
     recent_table_rows,
     table_rows,
 )
@@ -509,7 +509,7 @@ def _keys_merge_source(
     live = {s.name: live_rows(session, pipeline, s) for s in plan.sources}
     result = join_view(plan, live, keys, base_live=base_current.where(~F.col("_deleted")), few_keys=few_keys)
     source = gold_merge_source(plan, keys, result, base_current)
-    if writes_apart(session, target):
+    if takes_differing_rows(session, target):
         gold_keys = keys.select(*[F.col(p).alias(k) for p, k in zip(base.primary_key, plan.key_columns)])
         stored = session.read.table(target).where(range_predicate(plan.key_columns[0], ranges))
         source = differing_rows(plan, source, stored.join(F.broadcast(gold_keys), list(plan.key_columns), "left_semi"))

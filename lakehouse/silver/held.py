@@ -17,8 +17,8 @@ when they pass.
 Judging one change at a time is what a quarantine rule can do: unique, row counts and queries
 over a table are checks of a table's state (`warn` or `fail`, run by the quality stage).
 
-The judging and holding live in `lakehouse.silver.holding` (silver's batch calls it, and this
-module re-exports it); the release, which applies changes through silver's batch, lives here.
+The judging and holding live in `lakehouse.silver.holding` (silver's batch calls it); the
+release, which applies changes through silver's batch, lives here.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from pyspark.sql import functions as F
 from lakehouse.declaration import Pipeline, Source
 from lakehouse.deltasql import last_commit, matched_update, merge
 from lakehouse.silver.apply import BatchClock, SilverStats, StreamState, apply_changes
-from lakehouse.silver.holding import ensure_held_table, first_failing_rule, hold_changes, reason_of, rule_passes  # noqa: F401 (held's API)
+from lakehouse.silver.holding import first_failing_rule
 from lakehouse.silver.layout import history_facts
 from lakehouse.spark import write_time
 from lakehouse.sqltext import quote

@@ -34,6 +34,7 @@ capture delay is included, which the simulator's send time leaves out.
 from __future__ import annotations
 
 import json
+import statistics
 import threading
 import time
 import uuid
@@ -405,12 +406,8 @@ def cycle_counts(drains: Sequence[tuple[int, str, float, float, int]], resources
 
 
 def _median(values: Sequence[float]) -> float | None:
-    """The median (None for no values)."""
-    ordered = sorted(values)
-    if not ordered:
-        return None
-    mid = len(ordered) // 2
-    return float(ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2)
+    """The median as a float (None for no values)."""
+    return float(statistics.median(values)) if values else None
 
 
 def _payload(value: bytes | None) -> dict[str, Any]:

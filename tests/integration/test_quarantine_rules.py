@@ -10,7 +10,8 @@ import dataclasses
 from pyspark.sql import functions as F
 
 from lakehouse.declaration import Pipeline, Rule
-from lakehouse.silver.held import first_failing_rule, release_held
+from lakehouse.silver.held import release_held
+from lakehouse.silver.holding import first_failing_rule
 from lakehouse.tables import held_changes_table
 from tests.integration.test_silver import Env, ev, make_env, product, seq  # noqa: F401 - make_env is a fixture
 
